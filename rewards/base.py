@@ -1,0 +1,70 @@
+"""The one wrapper every reward and verifier call goes through: timeout, error counting, score 0 on failure."""
+import concurrent.futures
+import logging
+import math
+from dataclasses import dataclass
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RewardStats:
+    calls: int = 0
+    errors: int = 0
+    timeouts: int = 0
+
+    @property
+    def failures(self) -> int:
+        return self.errors + self.timeouts
+
+
+class RewardCaller:
+    """Calls `fn(prompt, completion, sample)` off the main thread with a timeout.
+
+    An exception, a timeout or a non-finite result is counted and scored 0 (never a crash, never a NaN).
+    A timed-out call cannot be killed from Python; its thread is abandoned and the pool replaced, so a verifier
+    that can hang for real (math-verify on adversarial LaTeX) should run its work in a killable process, as
+    rewards.math.MathVerifier does.
+    """
+
+    def __init__(self, fn, name: str, timeout_s: float = 10.0):
+        self.fn, self.name, self.timeout_s = fn, name, timeout_s
+        self.stats = RewardStats()
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"reward-{name}")
+
+    def __call__(self, prompt, completion, sample):
+        self.stats.calls += 1
+        future = self._pool.submit(self.fn, prompt, completion, sample)
+        try:
+            value = future.result(timeout=self.timeout_s)
+        except concurrent.futures.TimeoutError:
+            self.stats.timeouts += 1
+            logger.warning("reward %s timed out after %.1fs; scored 0", self.name, self.timeout_s)
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"reward-{self.name}")
+            return 0.0
+        except Exception as exc:  # a reward bug must not kill a multi-hour run: count it and score 0
+            self.stats.errors += 1
+            logger.warning("reward %s raised %s: %s; scored 0", self.name, type(exc).__name__, exc)
+            return 0.0
+        return self._check(value)
+
+    def _check(self, value):
+        if isinstance(value, dict):
+            return {k: self._check_scalar(v, f"{self.name}/{k}") for k, v in value.items()}
+        return self._check_scalar(value, self.name)
+
+    def _check_scalar(self, value, label):
+        if value is None:  # abstention: kept as NaN and left out of that reward's statistics downstream
+            return float("nan")
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            self.stats.errors += 1
+            logger.warning("reward %s returned %r, not a number; scored 0", label, value)
+            return 0.0
+        if not math.isfinite(value):
+            self.stats.errors += 1
+            logger.warning("reward %s returned %r; scored 0", label, value)
+            return 0.0
+        return value

@@ -1,0 +1,10 @@
+"""Advantage estimators: one module per method, each a pure tensor function registered by name.
+
+To add a method: copy grpo.py, change the maths, the @register / @register_adapter name, and import it here.
+"""
+from rl.advantages.registry import (ADVANTAGE_ESTIMATORS, AdvantageInputs, compute_advantages, get_estimator,
+                                    register, register_adapter)
+from rl.advantages.grpo import grpo
+
+__all__ = ["ADVANTAGE_ESTIMATORS", "AdvantageInputs", "compute_advantages", "get_estimator", "register",
+           "register_adapter", "grpo"]

@@ -1,0 +1,123 @@
+"""Every flag of train.py, grouped by concern, and the checks that refuse bad combinations at parse time.
+
+System knobs keep DeepSpeed-Chat's names; method knobs keep verl/TRL names.
+"""
+import argparse
+import os
+
+from rl.loss import KL_TYPES, LOSS_AGG_MODES
+from rl.models import DEFAULT_MODEL_DIR
+
+ALGOS = ("grpo", "gdpo", "dara", "maestro", "tcpo")
+BUILT_ALGOS = ("grpo",)  # the others have their own issues; asking for one exits with a clear message
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        description="credo: verifier-guided RL on one DeepSpeed ZeRO-3 actor. Launch with `deepspeed train.py ...`.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+
+    g = p.add_argument_group("method and data")
+    g.add_argument("--algo", choices=ALGOS, default="grpo", help="credit-assignment method")
+    g.add_argument("--env", default="arith", help="environment: arith (synthetic sums, CPU default) or math")
+    g.add_argument("--model_name_or_path", default=DEFAULT_MODEL_DIR,
+                   help="HF causal LM folder or hub id; default: SmolLM2-135M-Instruct converted by scripts/setup.sh")
+    g.add_argument("--data_path", default=None,
+                   help="JSONL of training rows (required for --env math; arith generates its own)")
+    g.add_argument("--prompt_key", default="problem", help="field of a data row holding the prompt")
+    g.add_argument("--answer_key", default="answer", help="field of a data row holding the reference answer")
+    g.add_argument("--num_train_samples", type=int, default=20000, help="rows drawn for arith's train split")
+    g.add_argument("--num_generations", type=int, default=4, help="group size G: responses sampled per prompt")
+    g.add_argument("--per_device_generation_batch_size", type=int, default=8, help="prompts per rank per step")
+    g.add_argument("--per_device_train_micro_batch_size", type=int, default=None,
+                   help="responses per forward/backward; default: the whole rollout batch of a rank (no accumulation)")
+    g.add_argument("--max_prompt_seq_len", type=int, default=256, help="prompts longer than this are left-truncated")
+    g.add_argument("--max_answer_seq_len", type=int, default=32, help="max new tokens per response")
+    g.add_argument("--temperature", type=float, default=0.7, help="sampling temperature for rollouts")
+    g.add_argument("--top_p", type=float, default=1.0, help="nucleus sampling for rollouts")
+    g.add_argument("--top_k", type=int, default=0, help="top-k sampling for rollouts (0 = off)")
+
+    g = p.add_argument_group("optimisation")
+    g.add_argument("--actor_learning_rate", type=float, default=2e-5, help="AdamW learning rate")
+    g.add_argument("--actor_weight_decay", type=float, default=0.0, help="AdamW weight decay")
+    g.add_argument("--lr_scheduler_type", choices=("constant", "linear", "cosine"), default="constant",
+                   help="schedule after warmup")
+    g.add_argument("--num_warmup_steps", type=int, default=0, help="linear warmup steps")
+    g.add_argument("--max_steps", type=int, default=24, help="training steps (one rollout batch each)")
+    g.add_argument("--ppo_epochs", type=int, default=1, help="optimizer passes over each rollout batch")
+    g.add_argument("--gradient_clipping", type=float, default=1.0, help="global grad-norm clip (0 = off)")
+    g.add_argument("--seed", type=int, default=1234, help="seed of data order, sampling and init")
+
+    g = p.add_argument_group("system (DeepSpeed)")
+    g.add_argument("--actor_zero_stage", type=int, choices=(0, 1, 2, 3), default=3, help="ZeRO stage of actor and reference")
+    g.add_argument("--offload", action="store_true", help="ZeRO-Offload of parameters and optimizer state to CPU")
+    g.add_argument("--dtype", choices=("fp32", "bf16", "auto"), default="auto",
+                   help="training dtype; auto = bf16 on CUDA, fp32 on CPU")
+    g.add_argument("--enable_hybrid_engine", action="store_true",
+                   help="DeepSpeed hybrid engine for generation (CUDA only; elsewhere one warning and gather-and-generate)")
+    g.add_argument("--local_rank", type=int, default=-1, help="set by the deepspeed launcher")
+
+    g = p.add_argument_group("loss")
+    g.add_argument("--beta", type=float, default=0.0, help="KL coefficient to the frozen reference; 0 skips loading it")
+    g.add_argument("--kl_type", choices=KL_TYPES, default="k3", help="KL estimator (k3 = verl low_var_kl)")
+    g.add_argument("--clip_ratio_low", type=float, default=0.2, help="PPO clip below 1 (epsilon)")
+    g.add_argument("--clip_ratio_high", type=float, default=0.2, help="PPO clip above 1 (DAPO clip-higher uses 0.28)")
+    g.add_argument("--clip_ratio_c", type=float, default=3.0, help="dual-clip bound for negative advantages (> 1)")
+    g.add_argument("--loss_agg_mode", choices=LOSS_AGG_MODES, default="token-mean", help="verl loss aggregation")
+    g.add_argument("--scale_rewards", choices=("group", "batch", "none"), default="group",
+                   help="GRPO std scaling: group std, batch std, or none (Dr.GRPO)")
+
+    g = p.add_argument_group("output")
+    g.add_argument("--output_dir", default="output/run", help="checkpoints, metrics.jsonl, final HF export")
+    g.add_argument("--save_steps", type=int, default=0, help="checkpoint every N steps (0 = only at the end)")
+    g.add_argument("--enable_tensorboard", action="store_true", help="write TensorBoard events")
+    g.add_argument("--tensorboard_path", default=None, help="TensorBoard folder; default OUTPUT_DIR/tensorboard")
+    g.add_argument("--enable_test_mode", action="store_true", help="stop after --test_stop_step steps (smoke tests)")
+    g.add_argument("--test_stop_step", type=int, default=3, help="steps run under --enable_test_mode")
+    g.add_argument("--no_final_export", action="store_true", help="skip the HF export to OUTPUT_DIR/final")
+    return p
+
+
+def validate(args) -> None:
+    """Refuse bad combinations with a message naming the flag; called right after parsing."""
+    def bad(msg):
+        raise SystemExit(f"train.py: error: {msg}")
+
+    if args.algo not in BUILT_ALGOS:
+        bad(f"--algo {args.algo} is not built yet (built: {', '.join(BUILT_ALGOS)}); see the open issues")
+    if args.num_generations < 2:
+        bad(f"--num_generations {args.num_generations}: {args.algo} needs at least 2 responses per prompt")
+    for flag in ("per_device_generation_batch_size", "max_answer_seq_len", "max_prompt_seq_len", "max_steps",
+                 "ppo_epochs"):
+        if getattr(args, flag) < 1:
+            bad(f"--{flag} must be >= 1, got {getattr(args, flag)}")
+    n = args.per_device_generation_batch_size * args.num_generations
+    micro = args.per_device_train_micro_batch_size or n
+    if micro < 1 or n % micro:
+        bad(f"--per_device_train_micro_batch_size {micro} must divide the {n} responses per rank "
+            f"(per_device_generation_batch_size x num_generations)")
+    args.per_device_train_micro_batch_size = micro
+    if args.temperature <= 0:
+        bad(f"--temperature must be > 0 for sampled rollouts, got {args.temperature}")
+    if not 0 < args.top_p <= 1:
+        bad(f"--top_p must be in (0, 1], got {args.top_p}")
+    if args.clip_ratio_c <= 1:
+        bad(f"--clip_ratio_c must be > 1 (dual clip), got {args.clip_ratio_c}")
+    if args.beta < 0:
+        bad(f"--beta must be >= 0, got {args.beta}")
+    if args.data_path is not None and not os.path.exists(args.data_path):
+        bad(f"--data_path {args.data_path} does not exist")
+    if args.env != "arith" and args.data_path is None:
+        bad(f"--env {args.env} needs --data_path")
+    local_model = os.path.sep in args.model_name_or_path or args.model_name_or_path.startswith(".")
+    if local_model and not os.path.exists(args.model_name_or_path):
+        hint = " (run `bash scripts/setup.sh` to convert the default model)" if args.model_name_or_path == DEFAULT_MODEL_DIR else ""
+        bad(f"--model_name_or_path {args.model_name_or_path} does not exist{hint}")
+    if args.tensorboard_path is None:
+        args.tensorboard_path = os.path.join(args.output_dir, "tensorboard")
+
+
+def parse_args(argv=None):
+    args = build_parser().parse_args(argv)
+    validate(args)
+    return args

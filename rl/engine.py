@@ -1,0 +1,169 @@
+"""The DeepSpeed side: configs, the ZeRO actor (generates and trains) and the frozen reference.
+
+On CUDA the actor can use DeepSpeed's hybrid engine for generation. Everywhere else generation is
+"gather the ZeRO-3 partitions once, detach ZeRO's per-module hooks, HF generate with a KV cache, re-attach":
+one all-gather per rollout phase instead of one per layer per token.
+"""
+import contextlib
+import logging
+import os
+
+import deepspeed
+import torch
+from deepspeed.accelerator import get_accelerator
+
+logger = logging.getLogger(__name__)
+
+# DeepSpeed's hybrid engine (inference kernels with ZeRO-3 training) covers these model types only.
+HYBRID_ENGINE_MODEL_TYPES = ("llama", "opt", "bloom", "gpt_neox", "gptj")
+
+
+def on_cuda() -> bool:
+    return get_accelerator().device_name() == "cuda"
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    if name == "auto":
+        name = "bf16" if on_cuda() else "fp32"
+    return {"fp32": torch.float32, "bf16": torch.bfloat16}[name]
+
+
+def ds_config(args, world_size: int, dtype: torch.dtype, train: bool = True) -> dict:
+    """DeepSpeed config for the actor (train=True) or the frozen reference (train=False).
+
+    The global batch of one optimizer step is the whole rollout batch: per-rank responses split into
+    micro-batches with gradient accumulation.
+    """
+    responses_per_rank = args.per_device_generation_batch_size * args.num_generations
+    micro = args.per_device_train_micro_batch_size
+    zero = {"stage": args.actor_zero_stage}
+    if args.actor_zero_stage == 3:
+        zero.update({"stage3_param_persistence_threshold": 1e4, "stage3_max_live_parameters": 3e7,
+                     "stage3_prefetch_bucket_size": 3e7, "stage3_gather_16bit_weights_on_model_save": False})
+    if args.offload:
+        zero["offload_param"] = {"device": "cpu"} if args.actor_zero_stage == 3 else None
+        zero["offload_optimizer"] = {"device": "cpu"}
+        zero = {k: v for k, v in zero.items() if v is not None}
+    cfg = {
+        "train_micro_batch_size_per_gpu": micro,
+        "gradient_accumulation_steps": responses_per_rank // micro,
+        "train_batch_size": responses_per_rank * world_size,
+        "zero_optimization": zero,
+        "bf16": {"enabled": dtype == torch.bfloat16},
+        "steps_per_print": 10 ** 9,
+        "wall_clock_breakdown": False,
+    }
+    if train:
+        cfg["gradient_clipping"] = args.gradient_clipping
+        cfg["optimizer"] = {"type": "AdamW", "params": {
+            "lr": args.actor_learning_rate, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": args.actor_weight_decay,
+            # torch's AdamW needs no compiled op; ZeRO-Offload needs DeepSpeedCPUAdam (built on first use).
+            "torch_adam": not args.offload}}
+        if args.enable_hybrid_engine and on_cuda():
+            cfg["hybrid_engine"] = {"enabled": True, "max_out_tokens": args.max_prompt_seq_len + args.max_answer_seq_len,
+                                    "inference_tp_size": 1, "release_inference_cache": False,
+                                    "pin_parameters": True, "tp_gather_partition_size": 8}
+    else:
+        cfg["zero_optimization"].pop("offload_optimizer", None)
+    return cfg
+
+
+def _param_groups(model, weight_decay: float):
+    """No weight decay on biases and norms (DeepSpeed-Chat's grouping)."""
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        (no_decay if param.dim() < 2 or "norm" in name.lower() or name.endswith(".bias") else decay).append(param)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def _load_model(path: str, cfg: dict, dtype: torch.dtype):
+    # Import the model class before any zero.Init: a first import inside it breaks torch._dynamo (DESIGN.md).
+    from transformers import AutoModelForCausalLM
+    from transformers.integrations import HfDeepSpeedConfig
+
+    # Kept alive while from_pretrained runs so that transformers loads ZeRO-3 partitions directly.
+    hf_ds_config = HfDeepSpeedConfig(cfg) if cfg["zero_optimization"]["stage"] == 3 else None
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    return model, hf_ds_config
+
+
+def build_actor(args, world_size: int, num_training_steps: int):
+    """The trainable actor: a DeepSpeed engine holding model, optimizer and LR schedule."""
+    from transformers import get_scheduler
+
+    dtype = resolve_dtype(args.dtype)
+    cfg = ds_config(args, world_size, dtype, train=True)
+    model, hf_ds_config = _load_model(args.model_name_or_path, cfg, dtype)
+    model.config.use_cache = True  # generation uses the KV cache; training forwards pass use_cache=False
+
+    def scheduler(optimizer):
+        return get_scheduler(args.lr_scheduler_type, optimizer=optimizer, num_warmup_steps=args.num_warmup_steps,
+                             num_training_steps=num_training_steps * args.ppo_epochs)
+
+    engine, *_ = deepspeed.initialize(model=model, config=cfg, lr_scheduler=scheduler,
+                                      model_parameters=_param_groups(model, args.actor_weight_decay))
+    engine._credo_hf_ds_config = hf_ds_config
+    if args.enable_hybrid_engine and not _hybrid_engine_active(engine):
+        logger.warning("--enable_hybrid_engine: the DeepSpeed hybrid engine needs CUDA and a model of type %s; "
+                       "this run (%s, %s) generates by gathering ZeRO-3 parameters and calling HF generate instead",
+                       ", ".join(HYBRID_ENGINE_MODEL_TYPES), get_accelerator().device_name(), model.config.model_type)
+    return engine
+
+
+def build_reference(args, world_size: int):
+    """The frozen reference, partitioned like the actor. None when beta = 0 (nothing uses it)."""
+    if args.beta == 0:
+        return None
+    dtype = resolve_dtype(args.dtype)
+    cfg = ds_config(args, world_size, dtype, train=False)
+    model, hf_ds_config = _load_model(args.model_name_or_path, cfg, dtype)
+    model.requires_grad_(False)
+    model.eval()
+    engine, *_ = deepspeed.initialize(model=model, config=cfg)
+    engine._credo_hf_ds_config = hf_ds_config
+    return engine
+
+
+def _hybrid_engine_active(engine) -> bool:
+    return hasattr(engine, "generate") and type(engine).__name__ == "DeepSpeedHybridEngine"
+
+
+def _zero3_offload_coordinator(engine):
+    optimizer = getattr(engine, "optimizer", None)
+    if optimizer is None:
+        return None
+    return getattr(optimizer, "parameter_offload", optimizer)
+
+
+@contextlib.contextmanager
+def generation_model(engine):
+    """Yield a module that generates with full weights; restores ZeRO-3 partitioning and hooks on exit.
+
+    ZeRO-3: all partitions are gathered once, and ZeRO's per-module fetch/release hooks are detached for the
+    duration (as TRL does), so that generating T tokens does not re-gather every layer T times.
+    """
+    module = engine.module
+    if engine.zero_optimization_partition_weights() and not _hybrid_engine_active(engine):
+        coordinator = _zero3_offload_coordinator(engine)
+        with deepspeed.zero.GatheredParameters(list(module.parameters())):
+            for param in module.parameters():
+                param.ds_active_sub_modules.clear()
+            for hook in coordinator.forward_hooks + coordinator.backward_hooks:
+                hook.remove()
+            coordinator.forward_hooks, coordinator.backward_hooks = [], []
+            try:
+                yield module
+            finally:
+                coordinator._register_deepspeed_module(coordinator.module, count=[0])
+    else:
+        yield module
+
+
+def set_cpu_threads():
+    """One rank per core by default: OMP threads = cores / local ranks (the launcher sets LOCAL_SIZE)."""
+    if on_cuda() or "OMP_NUM_THREADS" in os.environ:
+        return
+    local_ranks = int(os.environ.get("LOCAL_SIZE", os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, local_ranks)))

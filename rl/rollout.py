@@ -1,0 +1,107 @@
+"""Rollout: chat prompts -> sampled responses from the actor -> a Rollout record; and response log-probs."""
+import time
+
+import torch
+
+from rl.engine import generation_model
+from rl.loss import entropy_from_logits
+from rl.types import Rollout
+
+
+def encode_prompts(tokenizer, conversations: list, max_prompt_seq_len: int):
+    """Left-padded chat-template encoding. Over-long prompts keep their end (where the question is).
+
+    Returns (input_ids Tensor[B, P], attention_mask Tensor[B, P]).
+    """
+    texts = [tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in conversations]
+    tokenizer.padding_side, tokenizer.truncation_side = "left", "left"
+    enc = tokenizer(texts, padding=True, truncation=True, max_length=max_prompt_seq_len, add_special_tokens=False,
+                    return_tensors="pt")
+    return enc["input_ids"], enc["attention_mask"]
+
+
+def response_mask_from_ids(response_ids: torch.Tensor, eos_token_ids) -> torch.Tensor:
+    """1 on generated tokens up to and including the first EOS, 0 after. Tensor[B, R] long -> Tensor[B, R] float."""
+    is_eos = torch.zeros_like(response_ids, dtype=torch.bool)
+    for eos in eos_token_ids:
+        is_eos |= response_ids == eos
+    eos_before = torch.cumsum(is_eos.long(), dim=1) - is_eos.long()  # EOS tokens strictly before each position
+    return (eos_before == 0).float()
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions that skip left padding, matching what HF generate used. Tensor[B, L] -> Tensor[B, L]."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def eos_ids(tokenizer, model_config) -> list:
+    ids = {tokenizer.eos_token_id}
+    gen_eos = getattr(getattr(model_config, "generation_config", None), "eos_token_id", None)
+    for e in (gen_eos if isinstance(gen_eos, (list, tuple)) else [gen_eos]):
+        if e is not None:
+            ids.add(e)
+    return sorted(i for i in ids if i is not None)
+
+
+@torch.no_grad()
+def generate_rollout(engine, tokenizer, conversations: list, samples: list, group_ids: torch.Tensor, args, timings: dict):
+    """Sample `args.num_generations` responses per conversation in one batched generate.
+
+    Args:
+        conversations: B chat-message lists; samples: B dataset rows; group_ids: Tensor[B] global prompt ids.
+    Returns:
+        Rollout with N = B x G rows (the G responses of a prompt are adjacent).
+    """
+    g = args.num_generations
+    prompt_ids, prompt_mask = encode_prompts(tokenizer, conversations, args.max_prompt_seq_len)
+    prompt_ids = prompt_ids.repeat_interleave(g, dim=0).to(engine.device)
+    prompt_mask = prompt_mask.repeat_interleave(g, dim=0).to(engine.device)
+    eos = eos_ids(tokenizer, engine.module)
+
+    t0 = time.perf_counter()
+    with generation_model(engine) as model:
+        t1 = time.perf_counter()
+        was_training = model.training
+        model.eval()
+        sequences = model.generate(
+            input_ids=prompt_ids, attention_mask=prompt_mask, do_sample=True, temperature=args.temperature,
+            top_p=args.top_p, top_k=args.top_k or None, max_new_tokens=args.max_answer_seq_len,
+            pad_token_id=tokenizer.pad_token_id, eos_token_id=eos, use_cache=True)
+        model.train(was_training)
+        t2 = time.perf_counter()
+    timings["gather"] = timings.get("gather", 0.0) + (t1 - t0) + (time.perf_counter() - t2)
+    timings["generate"] = timings.get("generate", 0.0) + (t2 - t1)
+
+    prompt_len = prompt_ids.shape[1]
+    response_ids = sequences[:, prompt_len:]
+    response_mask = response_mask_from_ids(response_ids, eos)
+    response_ids = torch.where(response_mask.bool(), response_ids, torch.full_like(response_ids, tokenizer.pad_token_id))
+    attention_mask = torch.cat([prompt_mask, response_mask.long()], dim=1)
+    completions = tokenizer.batch_decode(response_ids, skip_special_tokens=True)
+    return Rollout(input_ids=torch.cat([prompt_ids, response_ids], dim=1), attention_mask=attention_mask,
+                   response_mask=response_mask, prompt_len=prompt_len,
+                   group_ids=group_ids.repeat_interleave(g).to(engine.device), completions=completions,
+                   samples=[s for s in samples for _ in range(g)])
+
+
+def response_logprobs(model, input_ids, attention_mask, prompt_len: int, temperature: float, with_entropy: bool = False):
+    """Log-probs of the response tokens under `model` (rollout temperature applied, as in sampling).
+
+    Only the R + 1 last positions go through the LM head: the prompt's full-vocabulary logits are never built.
+
+    Args:
+        input_ids, attention_mask: Tensor[B, P + R]; prompt_len: P.
+    Returns:
+        (logp Tensor[B, R], entropy Tensor[B, R] detached or None)
+    """
+    resp_len = input_ids.shape[1] - prompt_len
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids_from_mask(attention_mask),
+                use_cache=False, logits_to_keep=resp_len + 1)
+    logits = out.logits[:, :-1, :].float() / temperature
+    targets = input_ids[:, prompt_len:]
+    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = entropy_from_logits(logits)
+    return logp, entropy
