@@ -1,6 +1,6 @@
 """Environments: reset(sample) -> chat messages; step(model_text) -> StepResult. Registry by --env name."""
-from envs.base import Env, StepResult, ENVS, make_env, register_env
+from envs.base import Env, StepResult, ENVS, env_class, make_env, register_env
 import envs.arith  # noqa: F401  (registers "arith")
 import envs.math_env  # noqa: F401  (registers "math")
 
-__all__ = ["Env", "StepResult", "ENVS", "make_env", "register_env"]
+__all__ = ["Env", "StepResult", "ENVS", "env_class", "make_env", "register_env"]

@@ -46,7 +46,7 @@ class ArithEnv(Env):
     """Single turn: ask the sum, score 1 when the final integer is right."""
     max_turns = 1
 
-    def __init__(self, verifier=None):
+    def __init__(self, verifier=None, **unused_data_keys):  # rows are generated, so prompt/answer keys are fixed
         self.verifier = verifier or ArithVerifier()
         self.sample = None
 

@@ -9,7 +9,7 @@ INSTRUCTION = "Please reason step by step, and put your final answer within \\bo
 class MathEnv(Env):
     max_turns = 1
 
-    def __init__(self, verifier=None, prompt_key: str = "problem", answer_key: str = "answer"):
+    def __init__(self, verifier=None, prompt_key: str = "problem", answer_key: str = "answer", **unused):
         self.verifier = verifier or MathVerifier(answer_key=answer_key)
         self.prompt_key, self.answer_key = prompt_key, answer_key
         self.sample = None

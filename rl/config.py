@@ -19,7 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = p.add_argument_group("method and data")
     g.add_argument("--algo", choices=ALGOS, default="grpo", help="credit-assignment method")
-    g.add_argument("--env", default="arith", help="environment: arith (synthetic sums, CPU default) or math")
+    g.add_argument("--env", default="arith", help="environment: arith (synthetic sums, CPU default), math, or a user Env as module:Class")
     g.add_argument("--model_name_or_path", default=DEFAULT_MODEL_DIR,
                    help="HF causal LM folder or hub id; default: SmolLM2-135M-Instruct converted by scripts/setup.sh")
     g.add_argument("--data_path", default=None,
@@ -107,8 +107,13 @@ def validate(args) -> None:
         bad(f"--beta must be >= 0, got {args.beta}")
     if args.data_path is not None and not os.path.exists(args.data_path):
         bad(f"--data_path {args.data_path} does not exist")
-    if args.env != "arith" and args.data_path is None:
-        bad(f"--env {args.env} needs --data_path")
+    from envs import env_class  # imported here: envs pulls in the verifiers
+    try:
+        env_cls = env_class(args.env)
+    except KeyError as exc:
+        bad(exc.args[0])
+    if args.data_path is None and env_cls.dataset("train", 1, args.seed) is None:
+        bad(f"--env {args.env} has no data of its own: pass --data_path")
     local_model = os.path.sep in args.model_name_or_path or args.model_name_or_path.startswith(".")
     if local_model and not os.path.exists(args.model_name_or_path):
         hint = " (run `bash scripts/setup.sh` to convert the default model)" if args.model_name_or_path == DEFAULT_MODEL_DIR else ""

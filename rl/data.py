@@ -2,7 +2,7 @@
 import json
 import random
 
-from envs import ENVS
+from envs import env_class
 
 
 class DataError(ValueError):
@@ -43,7 +43,7 @@ def load_jsonl_rows(path: str, required_keys: tuple) -> list:
 def training_rows(args) -> list:
     if args.data_path is not None:
         return load_jsonl_rows(args.data_path, (args.prompt_key, args.answer_key))
-    rows = ENVS[args.env].dataset("train", args.num_train_samples, args.seed)
+    rows = env_class(args.env).dataset("train", args.num_train_samples, args.seed)
     if rows is None:
         raise DataError(f"--env {args.env} generates no data of its own: pass --data_path")
     return rows

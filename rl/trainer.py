@@ -38,7 +38,7 @@ class Trainer:
 
         self.tokenizer = load_tokenizer(args.model_name_or_path)
         self.data = PromptStream(training_rows(args), args.seed)
-        self.env = make_env(args.env, **self._env_kwargs())
+        self.env = make_env(args.env, prompt_key=args.prompt_key, answer_key=args.answer_key)
         self.reward = RewardCaller(self._score_with_env, name=f"env:{args.env}")
         self.steps = args.test_stop_step if args.enable_test_mode else args.max_steps
         self.actor = build_actor(args, self.world, self.steps)
@@ -46,11 +46,6 @@ class Trainer:
         self.step = 0
         self.metrics = MetricsLogger(args.output_dir, enabled=self.rank == 0,
                                      tensorboard_path=args.tensorboard_path if args.enable_tensorboard else None)
-
-    def _env_kwargs(self) -> dict:
-        if self.args.env == "arith":
-            return {}
-        return {"prompt_key": self.args.prompt_key, "answer_key": self.args.answer_key}
 
     def _score_with_env(self, prompt, completion, sample):
         self.env.reset(sample)

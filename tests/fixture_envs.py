@@ -1,0 +1,12 @@
+"""An env with a dense, learnable reward for the launcher tests: a random tiny model almost never gets a sum
+right, so arith's 0/1 score would leave every group constant and every advantage 0."""
+from envs.arith import ArithEnv
+from envs.base import StepResult
+
+
+class DigitFractionEnv(ArithEnv):
+    """Score = fraction of the response's characters that are digits."""
+
+    def step(self, model_text: str) -> StepResult:
+        score = sum(c.isdigit() for c in model_text) / max(len(model_text), 1)
+        return StepResult(observation=[], score=score, components={"digits": score}, done=True)

@@ -1,0 +1,63 @@
+"""Test helpers: a tiny random Llama with a character tokenizer built in code, and a real-launcher runner."""
+import os
+import socket
+import string
+import subprocess
+import sys
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def build_char_tokenizer():
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<unk>", "<|im_start|>", "<|im_end|>"]
+    chars = sorted(set(string.printable))
+    vocab = {tok: i for i, tok in enumerate(specials + chars)}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("(?s)."), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    backend.add_special_tokens(specials)
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", unk_token="<unk>", eos_token="<|im_end|>",
+                                  bos_token="<|im_start|>")
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def build_tiny_model(out_dir: str, seed: int = 0) -> str:
+    """Save a 2-layer random Llama (about 60k parameters) and its tokenizer as an HF folder."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = build_char_tokenizer()
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         tie_word_embeddings=True, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+                         bos_token_id=tok.bos_token_id)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tok.save_pretrained(out_dir)
+    return out_dir
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_train(args: list, num_ranks: int = 1, timeout: int = 600, launcher: bool = True):
+    """Run train.py under the real `deepspeed` launcher (or plain python with launcher=False)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=REPO_ROOT, TOKENIZERS_PARALLELISM="false")
+    if launcher:
+        cmd = [os.path.join(os.path.dirname(sys.executable), "deepspeed"), "--num_gpus", str(num_ranks),
+               "--master_port", str(free_port()), "train.py", *args]
+    else:
+        cmd = [sys.executable, "train.py", *args]
+    return subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
