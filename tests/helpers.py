@@ -18,7 +18,7 @@ def build_char_tokenizer():
     chars = sorted(set(string.printable))
     vocab = {tok: i for i, tok in enumerate(specials + chars)}
     backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex("(?s)."), behavior="isolated")
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("(?m)."), behavior="isolated")
     backend.decoder = decoders.Fuse()
     backend.add_special_tokens(specials)
     tok = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", unk_token="<unk>", eos_token="<|im_end|>",

@@ -1,0 +1,57 @@
+import subprocess
+import sys
+
+import pytest
+
+from rl.config import build_parser, parse_args
+from tests.helpers import REPO_ROOT
+
+FOUNDATION_FLAGS = """--algo --env --model_name_or_path --data_path --prompt_key --answer_key --num_generations
+--per_device_generation_batch_size --max_prompt_seq_len --max_answer_seq_len --temperature --top_p --top_k
+--actor_learning_rate --actor_weight_decay --lr_scheduler_type --num_warmup_steps --max_steps --ppo_epochs
+--gradient_clipping --seed --actor_zero_stage --offload --dtype --enable_hybrid_engine --beta --kl_type
+--clip_ratio_low --clip_ratio_high --clip_ratio_c --loss_agg_mode --scale_rewards --output_dir --save_steps
+--enable_tensorboard --tensorboard_path --enable_test_mode --test_stop_step""".split()
+
+
+def test_help_lists_every_flag_with_its_default():
+    out = subprocess.run([sys.executable, "train.py", "--help"], cwd=REPO_ROOT, capture_output=True, text=True,
+                         check=True).stdout
+    for flag in FOUNDATION_FLAGS:
+        assert flag in out, flag
+    assert "(default: grpo)" in out and "(default: 3)" in out
+
+
+def _refused(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse_args(argv)
+    return str(exc.value) + capsys.readouterr().err
+
+
+@pytest.mark.parametrize("algo", ["gdpo", "dara", "maestro", "tcpo"])
+def test_unbuilt_method_exits_with_a_clear_message(algo, tiny_model_dir, capsys):
+    msg = _refused(["--algo", algo, "--model_name_or_path", tiny_model_dir], capsys)
+    assert f"--algo {algo} is not built yet" in msg
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["--num_generations", "1"], "--num_generations 1"),
+    (["--per_device_train_micro_batch_size", "3"], "must divide"),
+    (["--temperature", "0"], "--temperature"),
+    (["--clip_ratio_c", "0.5"], "--clip_ratio_c"),
+    (["--data_path", "/nonexistent/train.jsonl"], "does not exist"),
+    (["--env", "chess"], "not an environment"),
+    (["--env", "math"], "--data_path"),
+    (["--model_name_or_path", "/no/such/model"], "/no/such/model does not exist"),
+])
+def test_bad_flags_are_refused_at_parse_time(argv, fragment, tiny_model_dir, capsys):
+    if "--model_name_or_path" not in argv:
+        argv = argv + ["--model_name_or_path", tiny_model_dir]
+    assert fragment in _refused(argv, capsys)
+
+
+def test_defaults_fill_the_micro_batch_and_tensorboard_path(tiny_model_dir):
+    args = parse_args(["--model_name_or_path", tiny_model_dir, "--output_dir", "o"])
+    assert args.per_device_train_micro_batch_size == args.per_device_generation_batch_size * args.num_generations
+    assert args.tensorboard_path == "o/tensorboard"
+    assert build_parser().get_default("actor_zero_stage") == 3
