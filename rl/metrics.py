@@ -12,12 +12,14 @@ CONSOLE_KEYS = (("reward/mean", "reward"), ("success_rate", "success"), ("frac_z
 class MetricsLogger:
     """Rank 0 writes; other ranks hold a disabled logger."""
 
-    def __init__(self, output_dir: str, enabled: bool, tensorboard_path: str = None):
+    def __init__(self, output_dir: str, enabled: bool, tensorboard_path: str = None, fresh: bool = True):
         self.enabled = enabled
         self.path = os.path.join(output_dir, "metrics.jsonl")
         self.tb = None
         if enabled:
             os.makedirs(output_dir, exist_ok=True)
+            if fresh and os.path.exists(self.path):  # a new run in an old folder must not mix its steps in
+                os.remove(self.path)
             if tensorboard_path:
                 from torch.utils.tensorboard import SummaryWriter
                 self.tb = SummaryWriter(tensorboard_path)

@@ -44,7 +44,7 @@ class Trainer:
         self.actor = build_actor(args, self.world, self.steps)
         self.reference = build_reference(args, self.world)
         self.step = 0
-        self.metrics = MetricsLogger(args.output_dir, enabled=self.rank == 0,
+        self.metrics = MetricsLogger(args.output_dir, enabled=self.rank == 0, fresh=self.step == 0,
                                      tensorboard_path=args.tensorboard_path if args.enable_tensorboard else None)
 
     def _score_with_env(self, prompt, completion, sample):

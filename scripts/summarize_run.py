@@ -1,0 +1,29 @@
+"""Print what a run learned: success rate of its first and last 10 steps and the before/after greedy accuracy.
+
+    python scripts/summarize_run.py OUTPUT_DIR
+"""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from rl.metrics import read_metrics  # noqa: E402
+
+
+def main(output_dir: str):
+    rows = read_metrics(os.path.join(output_dir, "metrics.jsonl"))
+    first, last = rows[:10], rows[-10:]
+    mean = lambda rs: 100.0 * sum(r["success_rate"] for r in rs) / len(rs)  # noqa: E731
+    seconds = sum(r["time/step"] for r in rows)
+    print(f"steps: {len(rows)} ({seconds / len(rows):.1f} s per step)")
+    print(f"success rate (sampled), first {len(first)} steps: {mean(first):.1f}%")
+    print(f"success rate (sampled), last {len(last)} steps: {mean(last):.1f}%")
+    for label, name in (("initial accuracy", "eval_initial.json"), ("final accuracy", "eval_final.json")):
+        path = os.path.join(output_dir, name)
+        if os.path.exists(path):
+            with open(path) as f:
+                print(f"{label}: {json.load(f)['accuracy']:.1f}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

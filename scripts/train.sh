@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The README's main job: GRPO on synthetic arithmetic with SmolLM2-135M-Instruct, ZeRO-3 on CPU under the real
+# `deepspeed` launcher; greedy accuracy on 200 held-out prompts before and after. About 13 minutes on 2 cores.
+#
+# Every setting can be overridden from the environment, and extra arguments go to train.py, e.g.
+#   NUM_RANKS=2 MAX_STEPS=10 bash scripts/train.sh --actor_learning_rate 1e-5
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+# shellcheck disable=SC1091
+. .venv/bin/activate
+
+MODEL=${MODEL:-.cache/models/SmolLM2-135M-Instruct}
+OUTPUT=${OUTPUT:-output/grpo_arith_smollm2}
+NUM_RANKS=${NUM_RANKS:-1}          # 1 rank x 2 threads beats 2 ranks x 1 thread here (26 s vs 44 s a step)
+ZERO_STAGE=${ZERO_STAGE:-3}
+# bf16 where the CPU has AMX (about 2x faster steps than fp32 here, see README), else fp32.
+DTYPE=${DTYPE:-$(grep -q amx_bf16 /proc/cpuinfo 2>/dev/null && echo bf16 || echo fp32)}
+MAX_STEPS=${MAX_STEPS:-24}
+LR=${LR:-2e-5}
+PROMPTS_PER_RANK=${PROMPTS_PER_RANK:-8}
+NUM_GENERATIONS=${NUM_GENERATIONS:-4}
+MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-32}
+TEMPERATURE=${TEMPERATURE:-0.7}
+EVAL_SAMPLES=${EVAL_SAMPLES:-200}
+SEED=${SEED:-1234}
+PORT=${PORT:-29500}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / NUM_RANKS > 0 ? $(nproc) / NUM_RANKS : 1 ))}
+
+mkdir -p "$OUTPUT"
+LOG="$OUTPUT/training.log"
+: > "$LOG"
+run() { echo "+ $*" | tee -a "$LOG"; "$@" 2>&1 | tee -a "$LOG"; }
+
+run python eval.py --model_name_or_path "$MODEL" --env arith --num_samples "$EVAL_SAMPLES" \
+    --max_answer_seq_len "$MAX_NEW_TOKENS" --output_file "$OUTPUT/eval_initial.json" --label "initial accuracy"
+
+run deepspeed --num_gpus "$NUM_RANKS" --master_port "$PORT" train.py \
+    --algo grpo \
+    --env arith \
+    --model_name_or_path "$MODEL" \
+    --actor_zero_stage "$ZERO_STAGE" \
+    --dtype "$DTYPE" \
+    --per_device_generation_batch_size "$PROMPTS_PER_RANK" \
+    --num_generations "$NUM_GENERATIONS" \
+    --max_answer_seq_len "$MAX_NEW_TOKENS" \
+    --temperature "$TEMPERATURE" \
+    --actor_learning_rate "$LR" \
+    --max_steps "$MAX_STEPS" \
+    --beta 0 \
+    --seed "$SEED" \
+    --output_dir "$OUTPUT" \
+    --enable_tensorboard \
+    "$@"
+
+run python eval.py --model_name_or_path "$OUTPUT/final" --env arith --num_samples "$EVAL_SAMPLES" \
+    --max_answer_seq_len "$MAX_NEW_TOKENS" --output_file "$OUTPUT/eval_final.json" --label "final accuracy"
+
+echo "== summary" | tee -a "$LOG"
+python scripts/summarize_run.py "$OUTPUT" | tee -a "$LOG"
