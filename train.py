@@ -1,5 +1,6 @@
 """credo training entry point: `deepspeed train.py --algo grpo ...` (see README and scripts/train.sh)."""
 import logging
+import sys
 
 from rl.config import parse_args
 
@@ -7,8 +8,15 @@ from rl.config import parse_args
 def main(argv=None):
     args = parse_args(argv)  # bad flags are refused here, before any model is loaded
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from rl.trainer import Trainer  # heavy imports (torch, deepspeed) only after the flags are known to be good
-    Trainer(args).fit()
+    # heavy imports (torch, deepspeed) only once the flags are known to be good
+    from rl.data import DataError
+    from rl.trainer import Trainer, TrainingAborted
+    try:
+        Trainer(args).fit()
+    except DataError as exc:
+        sys.exit(f"train.py: error: bad training data: {exc}")
+    except TrainingAborted as exc:
+        sys.exit(f"train.py: stopped: {exc}")
 
 
 if __name__ == "__main__":

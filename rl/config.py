@@ -51,8 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("system (DeepSpeed)")
     g.add_argument("--actor_zero_stage", type=int, choices=(0, 1, 2, 3), default=3, help="ZeRO stage of actor and reference")
     g.add_argument("--offload", action="store_true", help="ZeRO-Offload of parameters and optimizer state to CPU")
-    g.add_argument("--dtype", choices=("fp32", "bf16", "auto"), default="auto",
-                   help="training dtype; auto = bf16 on CUDA, fp32 on CPU")
+    g.add_argument("--dtype", choices=("fp32", "bf16", "fp16", "auto"), default="auto",
+                   help="training dtype; auto = bf16 on CUDA, fp32 on CPU; fp16 (loss-scaled) is CUDA only")
     g.add_argument("--enable_hybrid_engine", action="store_true",
                    help="DeepSpeed hybrid engine for generation (CUDA only; elsewhere one warning and gather-and-generate)")
     g.add_argument("--local_rank", type=int, default=-1, help="set by the deepspeed launcher")
@@ -75,6 +75,19 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--enable_test_mode", action="store_true", help="stop after --test_stop_step steps (smoke tests)")
     g.add_argument("--test_stop_step", type=int, default=3, help="steps run under --enable_test_mode")
     g.add_argument("--no_final_export", action="store_true", help="skip the HF export to OUTPUT_DIR/final")
+    g.add_argument("--save_total_limit", type=int, default=0, help="keep the newest N complete checkpoints (0 = all)")
+
+    g = p.add_argument_group("fault tolerance")
+    g.add_argument("--resume", default="auto",
+                   help="auto: the latest complete checkpoint in OUTPUT_DIR/checkpoints if any; none: start fresh; "
+                        "or a checkpoints folder / step_N folder")
+    g.add_argument("--skip_bad_rows", action="store_true",
+                   help="skip malformed data rows (reporting how many) instead of stopping at the first")
+    g.add_argument("--max_reward_error_rate", type=float, default=0.5,
+                   help="stop (with a checkpoint of the state before the step) when more than this fraction of a "
+                        "step's reward calls fail")
+    g.add_argument("--max_bad_steps", type=int, default=3,
+                   help="stop after this many consecutive steps with non-finite loss or gradients (each is skipped)")
     return p
 
 
@@ -103,6 +116,18 @@ def validate(args) -> None:
         bad(f"--top_p must be in (0, 1], got {args.top_p}")
     if args.clip_ratio_c <= 1:
         bad(f"--clip_ratio_c must be > 1 (dual clip), got {args.clip_ratio_c}")
+    if args.dtype == "fp16":
+        import torch
+        if not torch.cuda.is_available():
+            bad("--dtype fp16 needs CUDA (loss-scaled fp16 has no CPU kernels here); use --dtype fp32 or bf16")
+    if not 0 <= args.max_reward_error_rate <= 1:
+        bad(f"--max_reward_error_rate must be in [0, 1], got {args.max_reward_error_rate}")
+    if args.max_bad_steps < 1:
+        bad(f"--max_bad_steps must be >= 1, got {args.max_bad_steps}")
+    if args.save_total_limit < 0 or args.save_steps < 0:
+        bad("--save_total_limit and --save_steps must be >= 0")
+    if args.resume not in ("auto", "none") and not os.path.exists(args.resume):
+        bad(f"--resume {args.resume} does not exist (use auto, none, or a checkpoint folder)")
     if args.beta < 0:
         bad(f"--beta must be >= 0, got {args.beta}")
     if args.data_path is not None and not os.path.exists(args.data_path):

@@ -25,7 +25,7 @@ def on_cuda() -> bool:
 def resolve_dtype(name: str) -> torch.dtype:
     if name == "auto":
         name = "bf16" if on_cuda() else "fp32"
-    return {"fp32": torch.float32, "bf16": torch.bfloat16}[name]
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
 
 
 def ds_config(args, world_size: int, dtype: torch.dtype, train: bool = True) -> dict:
@@ -50,6 +50,7 @@ def ds_config(args, world_size: int, dtype: torch.dtype, train: bool = True) -> 
         "train_batch_size": responses_per_rank * world_size,
         "zero_optimization": zero,
         "bf16": {"enabled": dtype == torch.bfloat16},
+        "fp16": {"enabled": dtype == torch.float16},
         "steps_per_print": 10 ** 9,
         "wall_clock_breakdown": False,
     }

@@ -12,14 +12,18 @@ CONSOLE_KEYS = (("reward/mean", "reward"), ("success_rate", "success"), ("frac_z
 class MetricsLogger:
     """Rank 0 writes; other ranks hold a disabled logger."""
 
-    def __init__(self, output_dir: str, enabled: bool, tensorboard_path: str = None, fresh: bool = True):
+    def __init__(self, output_dir: str, enabled: bool, tensorboard_path: str = None, start_step: int = 0):
+        """start_step: the step a run starts after (0 for a fresh run, N when resumed from step N). Lines of
+        later steps, left by a run that died after its last checkpoint, are dropped so no step appears twice."""
         self.enabled = enabled
         self.path = os.path.join(output_dir, "metrics.jsonl")
         self.tb = None
         if enabled:
             os.makedirs(output_dir, exist_ok=True)
-            if fresh and os.path.exists(self.path):  # a new run in an old folder must not mix its steps in
-                os.remove(self.path)
+            if os.path.exists(self.path):
+                kept = [r for r in read_metrics(self.path) if r["step"] <= start_step]
+                with open(self.path, "w") as f:
+                    f.writelines(json.dumps(r) + "\n" for r in kept)
             if tensorboard_path:
                 from torch.utils.tensorboard import SummaryWriter
                 self.tb = SummaryWriter(tensorboard_path)

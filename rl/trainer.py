@@ -1,7 +1,9 @@
 """The training loop, in the order of DESIGN.md: rollout, score, advantages, loss, step, log."""
 import logging
+import math
 import os
 import random
+import signal
 import time
 
 import deepspeed
@@ -14,7 +16,8 @@ from rewards.base import RewardCaller
 from rl import dist
 from rl.advantages import AdvantageInputs, compute_advantages
 from rl.advantages.stats import group_mean_std
-from rl.checkpoint import export_hf, save_checkpoint
+from rl.checkpoint import (checkpoint_root, export_hf, load_checkpoint, resolve_resume, rng_state, save_checkpoint,
+                           set_rng_state)
 from rl.data import PromptStream, training_rows
 from rl.engine import build_actor, build_reference, set_cpu_threads
 from rl.loss import policy_loss
@@ -24,12 +27,35 @@ from rl.rollout import generate_rollout, response_logprobs
 
 logger = logging.getLogger(__name__)
 SUCCESS_THRESHOLD = 1.0 - 1e-6  # a response "succeeds" when its verifier score is full marks
+# Fault injection for the tests of the non-finite-step guard: a comma list of steps whose loss is made NaN.
+FAULT_NAN_LOSS_STEPS_ENV = "CREDO_FAULT_NAN_LOSS_STEPS"
+
+
+class TrainingAborted(RuntimeError):
+    """The run stopped on purpose (failing rewards, repeated non-finite steps); the message says why."""
+
+
+class RewardFailure(TrainingAborted):
+    """Too many reward calls of one step failed."""
+
+
+def _default_single_process_env():
+    """`python train.py` without a launcher: a one-rank process group on localhost."""
+    if "RANK" in os.environ or "OMPI_COMM_WORLD_RANK" in os.environ:
+        return
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_SIZE="1", MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
 
 
 class Trainer:
     def __init__(self, args):
         self.args = args
         set_cpu_threads()
+        _default_single_process_env()
         deepspeed.init_distributed()
         self.rank, self.world = dist.rank(), dist.world_size()
         random.seed(args.seed + self.rank)
@@ -40,17 +66,41 @@ class Trainer:
         self.data = PromptStream(training_rows(args), args.seed)
         self.env = make_env(args.env, prompt_key=args.prompt_key, answer_key=args.answer_key)
         self.reward = RewardCaller(self._score_with_env, name=f"env:{args.env}")
-        self.steps = args.test_stop_step if args.enable_test_mode else args.max_steps
-        self.actor = build_actor(args, self.world, self.steps)
+        # --enable_test_mode stops the loop early (DeepSpeed-Chat); the LR schedule still spans --max_steps.
+        self.steps = min(args.test_stop_step, args.max_steps) if args.enable_test_mode else args.max_steps
+        self.actor = build_actor(args, self.world, args.max_steps)
         self.reference = build_reference(args, self.world)
         self.step = 0
-        self.metrics = MetricsLogger(args.output_dir, enabled=self.rank == 0, fresh=self.step == 0,
+        self.counters = {"reward_calls": 0, "reward_failures": 0, "bad_steps_total": 0, "bad_steps_in_row": 0}
+        self.stop_signal = None
+        self._resume()
+        self.metrics = MetricsLogger(args.output_dir, enabled=self.rank == 0, start_step=self.step,
                                      tensorboard_path=args.tensorboard_path if args.enable_tensorboard else None)
+
+    def _resume(self):
+        try:
+            found = resolve_resume(self.args.resume, self.args.output_dir)
+        except FileNotFoundError as exc:
+            raise SystemExit(f"train.py: error: {exc}") from None
+        if found is None:
+            return
+        root, tag = found
+        state = load_checkpoint(self.actor, root, tag)
+        self.step = state["step"]
+        self.data.load_state_dict(state["data"])
+        self.counters.update(state.get("counters", {}))
+        if self.rank == 0:
+            print(f"resumed from {os.path.join(root, tag)} at step {self.step}", flush=True)
 
     def _score_with_env(self, prompt, completion, sample):
         self.env.reset(sample)
         result = self.env.step(completion)
         return {"score": result.score, **result.components}
+
+    def _restore_step_start(self, state: dict, rng: dict):
+        self.data.load_state_dict(state["data"])
+        self.counters.update(state["counters"])
+        set_rng_state(rng)
 
     # --- one step -------------------------------------------------------------------------------------------
     def rollout(self, timings):
@@ -73,7 +123,21 @@ class Trainer:
         batch.scores = torch.tensor(scores, dtype=torch.float32)
         batch.components = {k: torch.tensor(v, dtype=torch.float32) for k, v in components.items()}
         timings["reward"] = time.perf_counter() - t0
+        self._check_reward_failures()
         return batch
+
+    def _check_reward_failures(self):
+        """Stop instead of training on a batch whose rewards mostly failed (they were scored 0)."""
+        stats = self.reward.stats
+        totals = dist.all_reduce(torch.tensor([stats.calls, stats.failures], dtype=torch.float64))
+        calls = totals[0].item() - self.counters["reward_calls"]
+        failures = totals[1].item() - self.counters["reward_failures"]
+        self.counters["reward_calls"], self.counters["reward_failures"] = totals[0].item(), totals[1].item()
+        if calls and failures / calls > self.args.max_reward_error_rate:
+            raise RewardFailure(
+                f"{int(failures)} of {int(calls)} reward calls failed at step {self.step + 1} (more than "
+                f"--max_reward_error_rate {self.args.max_reward_error_rate}); see the warnings above for the errors. "
+                f"Nothing was trained on this batch.")
 
     def advantages(self, batch):
         """Batch-global advantages: every rank's scores are gathered, so group and batch statistics are exact
@@ -102,6 +166,8 @@ class Trainer:
         if a.ppo_epochs > 1:  # with one pass the rollout policy is the current one: no extra forward needed
             batch.old_logp = self._no_grad_logprobs(self.actor, batch, micro)
         sums = {k: 0.0 for k in ("clipfrac", "clipfrac_lower", "approx_kl", "kl", "entropy", "pg_loss", "loss")}
+        nonfinite_loss = self._stage0_skipped = False
+        inject_nan = str(self.step + 1) in os.environ.get(FAULT_NAN_LOSS_STEPS_ENV, "").split(",")
         self.actor.train()
         for _ in range(a.ppo_epochs):
             for start in range(0, n, micro):
@@ -114,7 +180,13 @@ class Trainer:
                 loss, stats = policy_loss(logp, old, batch.advantages[sl, None].expand_as(logp), mask,
                                           a.clip_ratio_low, a.clip_ratio_high, a.clip_ratio_c, a.loss_agg_mode,
                                           ref_logp=ref, beta=a.beta, kl_type=a.kl_type, **agg)
+                if inject_nan:
+                    loss = loss * float("nan")
+                nonfinite_loss |= not bool(torch.isfinite(loss.detach()))
                 self.actor.backward(loss)
+                if self.actor.is_gradient_accumulation_boundary():
+                    self._guard_stage0_gradients()
+                # ZeRO 1-3 skip an optimizer step whose gradient norm is not finite (DeepSpeed's overflow check).
                 self.actor.step()
                 tokens = float(mask.sum())
                 stats["entropy"] = (entropy * mask).sum() / max(tokens, 1.0)
@@ -130,9 +202,43 @@ class Trainer:
         if self.reference is None:
             out.pop("actor/kl")
         grad_norm = self.actor.get_global_grad_norm()
-        out["actor/grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
+        grad_norm = float(grad_norm) if grad_norm is not None else float("nan")
+        out["actor/grad_norm"] = grad_norm
         out["actor/lr"] = float(self.actor.get_lr()[0])
+        bad = nonfinite_loss or self._stage0_skipped or not math.isfinite(grad_norm)
+        bad = dist.all_reduce(torch.tensor([float(bad)]), op="max").item() > 0
+        self._count_bad_step(bad)
+        out["train/skipped_step"] = float(bad)
+        out["train/skipped_steps_total"] = float(self.counters["bad_steps_total"])
         return out
+
+    def _guard_stage0_gradients(self):
+        """Without ZeRO, DeepSpeed applies any gradient: zero non-finite ones and step with lr 0 (a no-op)."""
+        if self.args.actor_zero_stage != 0:
+            return
+        finite = all(p.grad is None or torch.isfinite(p.grad).all() for p in self.actor.module.parameters())
+        if dist.all_reduce(torch.tensor([0.0 if finite else 1.0]), op="max").item() == 0:
+            return
+        for p in self.actor.module.parameters():
+            if p.grad is not None:
+                p.grad.zero_()
+        for group in self.actor.optimizer.param_groups:
+            group["lr"] = 0.0  # the scheduler sets it again on its next step
+        self._stage0_skipped = True
+
+    def _count_bad_step(self, bad: bool):
+        if not bad:
+            self.counters["bad_steps_in_row"] = 0
+            return
+        self.counters["bad_steps_total"] += 1
+        self.counters["bad_steps_in_row"] += 1
+        logger.warning("step %d: non-finite loss or gradients; the update was skipped (%d in a row)",
+                       self.step + 1, self.counters["bad_steps_in_row"])
+        if self.counters["bad_steps_in_row"] >= self.args.max_bad_steps:
+            raise TrainingAborted(
+                f"{self.counters['bad_steps_in_row']} consecutive steps had non-finite loss or gradients "
+                f"(--max_bad_steps {self.args.max_bad_steps}); stopping. The last good checkpoint in "
+                f"{checkpoint_root(self.args.output_dir)} is untouched.")
 
     @torch.no_grad()
     def _no_grad_logprobs(self, engine, batch, micro):
@@ -175,22 +281,51 @@ class Trainer:
 
     # --- the loop -------------------------------------------------------------------------------------------
     def trainer_state(self) -> dict:
-        return {"step": self.step, "data": self.data.state_dict()}
+        return {"step": self.step, "data": self.data.state_dict(), "counters": dict(self.counters)}
+
+    def save(self):
+        save_checkpoint(self.actor, self.args.output_dir, self.step, self.trainer_state(), self.args.save_total_limit)
+
+    def _on_signal(self, signum, frame):
+        self.stop_signal = signal.Signals(signum).name
+        if self.rank == 0:
+            print(f"\n{self.stop_signal} received: finishing step {self.step + 1}, then saving and exiting", flush=True)
+
+    def _stop_requested(self) -> bool:
+        """All ranks stop together if any rank was signalled (a scheduler may signal them one by one)."""
+        flag = torch.tensor([1.0 if self.stop_signal else 0.0])
+        return dist.all_reduce(flag, op="max").item() > 0
 
     def fit(self):
         a = self.args
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
         bar = tqdm(total=self.steps, initial=self.step, desc="train", disable=self.rank != 0, dynamic_ncols=True)
         while self.step < self.steps:
-            metrics = self.train_step()
+            step_start = (self.trainer_state(), rng_state())
+            try:
+                metrics = self.train_step()
+            except RewardFailure:
+                # Save the state from before this step (no update was made): resuming retries the same batch.
+                self._restore_step_start(*step_start)
+                self.save()
+                raise
             self.step += 1
             self.metrics.log(self.step, metrics)
             if self.rank == 0:
                 bar.write(self.metrics.console_line(self.step, metrics))
             bar.update(1)
+            if self._stop_requested():
+                bar.close()
+                self.save()
+                if self.rank == 0:
+                    print(f"stopped by {self.stop_signal or 'a signal on another rank'} after step {self.step}; "
+                          f"checkpoint saved; continue with --resume auto", flush=True)
+                return
             if a.save_steps and self.step % a.save_steps == 0 and self.step < self.steps:
-                save_checkpoint(self.actor, a.output_dir, self.step, self.trainer_state())
+                self.save()
         bar.close()
-        save_checkpoint(self.actor, a.output_dir, self.step, self.trainer_state())
+        self.save()
         if not a.no_final_export:
             export_hf(self.actor, self.tokenizer, os.path.join(a.output_dir, "final"))
         self.metrics.close()

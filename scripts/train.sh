@@ -24,6 +24,7 @@ MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-32}
 TEMPERATURE=${TEMPERATURE:-0.7}
 EVAL_SAMPLES=${EVAL_SAMPLES:-200}
 SEED=${SEED:-1234}
+RESUME=${RESUME:-none}             # auto: continue a killed run in $OUTPUT from its latest checkpoint
 PORT=${PORT:-29500}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / NUM_RANKS > 0 ? $(nproc) / NUM_RANKS : 1 ))}
 
@@ -33,7 +34,8 @@ LOG="$OUTPUT/training.log"
 run() { echo "+ $*" | tee -a "$LOG"; "$@" 2>&1 | tee -a "$LOG"; }
 
 run python eval.py --model_name_or_path "$MODEL" --env arith --num_samples "$EVAL_SAMPLES" \
-    --max_answer_seq_len "$MAX_NEW_TOKENS" --output_file "$OUTPUT/eval_initial.json" --label "initial accuracy"
+    --max_answer_seq_len "$MAX_NEW_TOKENS" --dtype "$DTYPE" --batch_size 100 \
+    --output_file "$OUTPUT/eval_initial.json" --label "initial accuracy"
 
 run deepspeed --num_gpus "$NUM_RANKS" --master_port "$PORT" train.py \
     --algo grpo \
@@ -49,12 +51,14 @@ run deepspeed --num_gpus "$NUM_RANKS" --master_port "$PORT" train.py \
     --max_steps "$MAX_STEPS" \
     --beta 0 \
     --seed "$SEED" \
+    --resume "$RESUME" \
     --output_dir "$OUTPUT" \
     --enable_tensorboard \
     "$@"
 
 run python eval.py --model_name_or_path "$OUTPUT/final" --env arith --num_samples "$EVAL_SAMPLES" \
-    --max_answer_seq_len "$MAX_NEW_TOKENS" --output_file "$OUTPUT/eval_final.json" --label "final accuracy"
+    --max_answer_seq_len "$MAX_NEW_TOKENS" --dtype "$DTYPE" --batch_size 100 \
+    --output_file "$OUTPUT/eval_final.json" --label "final accuracy"
 
 echo "== summary" | tee -a "$LOG"
 python scripts/summarize_run.py "$OUTPUT" | tee -a "$LOG"

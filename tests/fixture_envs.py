@@ -10,3 +10,10 @@ class DigitFractionEnv(ArithEnv):
     def step(self, model_text: str) -> StepResult:
         score = sum(c.isdigit() for c in model_text) / max(len(model_text), 1)
         return StepResult(observation=[], score=score, components={"digits": score}, done=True)
+
+
+class BrokenVerifierEnv(ArithEnv):
+    """A verifier that always raises, as a reward server that is down would."""
+
+    def step(self, model_text: str) -> StepResult:
+        raise ConnectionError("reward server unreachable")
