@@ -10,7 +10,8 @@ def main(argv=None):
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # heavy imports (torch, deepspeed) only once the flags are known to be good
     from rl.data import DataError
-    from rl.trainer import Trainer, TrainingAborted
+    from rl.errors import TrainingAborted
+    from rl.trainer import Trainer
     try:
         Trainer(args).fit()
     except DataError as exc:

@@ -9,6 +9,7 @@ import os
 import random
 import re
 import shutil
+import signal
 
 import deepspeed
 import numpy as np
@@ -17,6 +18,8 @@ import torch
 from rl import dist
 
 CHECKPOINT_SUBDIR = "checkpoints"
+# Fault injection for the crash-safety test: SIGKILL every rank after its files are written, before the rename.
+FAULT_KILL_IN_SAVE_ENV = "CREDO_FAULT_KILL_IN_SAVE_AT_STEP"
 _TAG = re.compile(r"^step_(\d+)$")
 
 
@@ -72,6 +75,8 @@ def save_checkpoint(engine, output_dir: str, step: int, trainer_state: dict, sav
     torch.save(rng_state(), os.path.join(root, tmp_tag, f"rng_rank{dist.rank()}.pt"))
     engine.save_checkpoint(root, tag=tmp_tag, client_state={"trainer_state": trainer_state}, save_latest=False)
     dist.barrier()
+    if os.environ.get(FAULT_KILL_IN_SAVE_ENV) == str(step):
+        os.kill(os.getpid(), signal.SIGKILL)
     if dist.rank() == 0:
         final = os.path.join(root, tag)
         if os.path.exists(final):  # re-saving the same step (e.g. after a resume): replace it

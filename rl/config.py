@@ -9,7 +9,8 @@ from rl.loss import KL_TYPES, LOSS_AGG_MODES
 from rl.models import DEFAULT_MODEL_DIR
 
 ALGOS = ("grpo", "gdpo", "dara", "maestro", "tcpo")
-BUILT_ALGOS = ("grpo",)  # the others have their own issues; asking for one exits with a clear message
+BUILT_ALGOS = ("grpo", "gdpo", "dara")
+MULTI_REWARD_ALGOS = ("gdpo", "dara")  # the others have their own issues; asking for one exits with a clear message
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,6 +37,23 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--temperature", type=float, default=0.7, help="sampling temperature for rollouts")
     g.add_argument("--top_p", type=float, default=1.0, help="nucleus sampling for rollouts")
     g.add_argument("--top_k", type=int, default=0, help="top-k sampling for rollouts (0 = off)")
+
+    g = p.add_argument_group("rewards")
+    g.add_argument("--reward_funcs", default="correctness",
+                   help="comma list of rewards: correctness (the env's verifier), format, length, or "
+                        "package.module:function (returns a float, a dict of components, or None to abstain)")
+    g.add_argument("--reward_weights", default=None,
+                   help="comma list, one weight per reward component (default 1 each); GRPO sums weighted components")
+    g.add_argument("--format_style", default="boxed", help="format reward: boxed, tags, or a regular expression")
+    g.add_argument("--length_limit", type=int, default=20,
+                   help="length reward: 1 when the reasoning part (before the final answer) has at most this many words")
+    g.add_argument("--final_norm", choices=("response", "token", "none"), default="response",
+                   help="GDPO/DARA batch normalisation of the summed advantage (token = verl's masked whitening)")
+    g.add_argument("--dara_variant", choices=("asym", "sym"), default="asym", help="DARA variant (paper's main: asym)")
+    g.add_argument("--dara_w_max", type=float, default=5.0, help="DARA weight cap (paper: 5); 1 gives GDPO")
+    g.add_argument("--dara_tau", type=float, default=1e-8, help="DARA activity threshold on sum |Z| in a group")
+    g.add_argument("--dara_static_weights", default=None,
+                   help="comma list replacing DARA's density weights (the static-weight control)")
 
     g = p.add_argument_group("optimisation")
     g.add_argument("--actor_learning_rate", type=float, default=2e-5, help="AdamW learning rate")
@@ -98,6 +116,30 @@ def validate(args) -> None:
 
     if args.algo not in BUILT_ALGOS:
         bad(f"--algo {args.algo} is not built yet (built: {', '.join(BUILT_ALGOS)}); see the open issues")
+    args.reward_funcs = [name.strip() for name in args.reward_funcs.split(",") if name.strip()]
+    if not args.reward_funcs:
+        bad("--reward_funcs is empty")
+    from rewards.registry import CORRECTNESS, build_reward_fn
+    for name in args.reward_funcs:
+        if name != CORRECTNESS:
+            try:
+                build_reward_fn(name, args)
+            except KeyError as exc:
+                bad(exc.args[0])
+    if len(set(args.reward_funcs)) != len(args.reward_funcs):
+        bad(f"--reward_funcs lists a reward twice: {','.join(args.reward_funcs)}")
+    if args.algo in MULTI_REWARD_ALGOS and len(args.reward_funcs) < 2:
+        bad(f"--algo {args.algo} normalises each reward separately and needs at least two rewards; "
+            f"got --reward_funcs {','.join(args.reward_funcs)} (e.g. --reward_funcs correctness,length)")
+    for flag in ("reward_weights", "dara_static_weights"):
+        value = getattr(args, flag)
+        if value is not None:
+            try:
+                setattr(args, flag, [float(x) for x in value.split(",")])
+            except ValueError:
+                bad(f"--{flag} {value}: expected comma-separated numbers")
+    if args.dara_w_max < 1:
+        bad(f"--dara_w_max must be >= 1, got {args.dara_w_max}")
     if args.num_generations < 2:
         bad(f"--num_generations {args.num_generations}: {args.algo} needs at least 2 responses per prompt")
     for flag in ("per_device_generation_batch_size", "max_answer_seq_len", "max_prompt_seq_len", "max_steps",

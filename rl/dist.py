@@ -35,3 +35,12 @@ def all_reduce(t: torch.Tensor, op: str = "sum") -> torch.Tensor:
 def barrier():
     if world_size() > 1:
         dist.barrier()
+
+
+def all_gather_object(obj) -> list:
+    """One picklable object from every rank, in rank order."""
+    if world_size() == 1:
+        return [obj]
+    out = [None] * world_size()
+    dist.all_gather_object(out, obj)
+    return out

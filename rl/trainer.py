@@ -11,11 +11,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from envs import make_env
-from rewards.base import RewardCaller
 from rl import dist
 from rl.advantages import AdvantageInputs, compute_advantages
-from rl.advantages.stats import group_mean_std
 from rl.checkpoint import (checkpoint_root, export_hf, load_checkpoint, resolve_resume, rng_state, save_checkpoint,
                            set_rng_state)
 from rl.data import PromptStream, training_rows
@@ -24,19 +21,12 @@ from rl.loss import policy_loss
 from rl.metrics import MetricsLogger
 from rl.models import load_tokenizer
 from rl.rollout import generate_rollout, response_logprobs
+from rl.errors import RewardFailure, TrainingAborted
+from rl.scoring import Scorer
 
 logger = logging.getLogger(__name__)
-SUCCESS_THRESHOLD = 1.0 - 1e-6  # a response "succeeds" when its verifier score is full marks
 # Fault injection for the tests of the non-finite-step guard: a comma list of steps whose loss is made NaN.
 FAULT_NAN_LOSS_STEPS_ENV = "CREDO_FAULT_NAN_LOSS_STEPS"
-
-
-class TrainingAborted(RuntimeError):
-    """The run stopped on purpose (failing rewards, repeated non-finite steps); the message says why."""
-
-
-class RewardFailure(TrainingAborted):
-    """Too many reward calls of one step failed."""
 
 
 def _default_single_process_env():
@@ -64,14 +54,13 @@ class Trainer:
 
         self.tokenizer = load_tokenizer(args.model_name_or_path)
         self.data = PromptStream(training_rows(args), args.seed)
-        self.env = make_env(args.env, prompt_key=args.prompt_key, answer_key=args.answer_key)
-        self.reward = RewardCaller(self._score_with_env, name=f"env:{args.env}")
+        self.scorer = Scorer(args)
         # --enable_test_mode stops the loop early (DeepSpeed-Chat); the LR schedule still spans --max_steps.
         self.steps = min(args.test_stop_step, args.max_steps) if args.enable_test_mode else args.max_steps
         self.actor = build_actor(args, self.world, args.max_steps)
         self.reference = build_reference(args, self.world)
         self.step = 0
-        self.counters = {"reward_calls": 0, "reward_failures": 0, "bad_steps_total": 0, "bad_steps_in_row": 0}
+        self.counters = {"bad_steps_total": 0, "bad_steps_in_row": 0}
         self.stop_signal = None
         self._resume()
         self.metrics = MetricsLogger(args.output_dir, enabled=self.rank == 0, start_step=self.step,
@@ -88,18 +77,15 @@ class Trainer:
         state = load_checkpoint(self.actor, root, tag)
         self.step = state["step"]
         self.data.load_state_dict(state["data"])
-        self.counters.update(state.get("counters", {}))
+        self.counters.update(state["counters"])
+        self.scorer.load_state_dict(state["scorer"])
         if self.rank == 0:
             print(f"resumed from {os.path.join(root, tag)} at step {self.step}", flush=True)
-
-    def _score_with_env(self, prompt, completion, sample):
-        self.env.reset(sample)
-        result = self.env.step(completion)
-        return {"score": result.score, **result.components}
 
     def _restore_step_start(self, state: dict, rng: dict):
         self.data.load_state_dict(state["data"])
         self.counters.update(state["counters"])
+        self.scorer.load_state_dict(state["scorer"])
         set_rng_state(rng)
 
     # --- one step -------------------------------------------------------------------------------------------
@@ -107,37 +93,18 @@ class Trainer:
         a = self.args
         rows, ids = self.data.next_batch(a.per_device_generation_batch_size * self.world, self.rank,
                                          a.per_device_generation_batch_size)
-        conversations = [self.env.reset(row) for row in rows]
-        return generate_rollout(self.actor, self.tokenizer, conversations, rows, torch.tensor(ids), a, timings)
+        conversations = [self.scorer.env.reset(row) for row in rows]
+        batch = generate_rollout(self.actor, self.tokenizer, conversations, rows, torch.tensor(ids), a, timings)
+        # The text reward functions see as `prompt`: the last user message of each response's conversation.
+        batch.prompts = [c[-1]["content"] for c in conversations for _ in range(a.num_generations)]
+        return batch
 
     def score(self, batch, timings):
         t0 = time.perf_counter()
-        scores, components = [], {}
-        for i, (completion, sample) in enumerate(zip(batch.completions, batch.samples)):
-            value = self.reward(None, completion, sample)
-            value = value if isinstance(value, dict) else {"score": value}  # a failed call scores a flat 0
-            scores.append(value.get("score", 0.0))
-            for name, v in value.items():
-                if name != "score":
-                    components.setdefault(name, [0.0] * len(batch))[i] = v
-        batch.scores = torch.tensor(scores, dtype=torch.float32)
-        batch.components = {k: torch.tensor(v, dtype=torch.float32) for k, v in components.items()}
+        batch = self.scorer.score(batch)
         timings["reward"] = time.perf_counter() - t0
-        self._check_reward_failures()
+        self.scorer.check_failures(self.step + 1)
         return batch
-
-    def _check_reward_failures(self):
-        """Stop instead of training on a batch whose rewards mostly failed (they were scored 0)."""
-        stats = self.reward.stats
-        totals = dist.all_reduce(torch.tensor([stats.calls, stats.failures], dtype=torch.float64))
-        calls = totals[0].item() - self.counters["reward_calls"]
-        failures = totals[1].item() - self.counters["reward_failures"]
-        self.counters["reward_calls"], self.counters["reward_failures"] = totals[0].item(), totals[1].item()
-        if calls and failures / calls > self.args.max_reward_error_rate:
-            raise RewardFailure(
-                f"{int(failures)} of {int(calls)} reward calls failed at step {self.step + 1} (more than "
-                f"--max_reward_error_rate {self.args.max_reward_error_rate}); see the warnings above for the errors. "
-                f"Nothing was trained on this batch.")
 
     def advantages(self, batch):
         """Batch-global advantages: every rank's scores are gathered, so group and batch statistics are exact
@@ -145,7 +112,8 @@ class Trainer:
         lengths = batch.response_mask.sum(-1)
         inputs = AdvantageInputs(scores=dist.all_gather_cat(batch.scores), group_ids=dist.all_gather_cat(batch.group_ids),
                                  lengths=dist.all_gather_cat(lengths),
-                                 components={k: dist.all_gather_cat(v) for k, v in sorted(batch.components.items())})
+                                 components={k: dist.all_gather_cat(v) for k, v in batch.components.items()})
+        inputs.correctness = dist.all_gather_cat(batch.correctness)
         adv, method_metrics = compute_advantages(self.args.algo, inputs, self.args)
         n = len(batch)
         batch.advantages = adv[self.rank * n:(self.rank + 1) * n].to(self.actor.device)
@@ -240,26 +208,16 @@ class Trainer:
                 f"(--max_bad_steps {self.args.max_bad_steps}); stopping. The last good checkpoint in "
                 f"{checkpoint_root(self.args.output_dir)} is untouched.")
 
+    @staticmethod
+    def _global_mean_std(x: torch.Tensor):
+        gathered = dist.all_gather_cat(x.detach().float().cpu())
+        return gathered.mean().item(), gathered.std().item() if len(gathered) > 1 else 0.0
+
     @torch.no_grad()
     def _no_grad_logprobs(self, engine, batch, micro):
         parts = [response_logprobs(engine, batch.input_ids[s:s + micro], batch.attention_mask[s:s + micro],
                                    batch.prompt_len, self.args.temperature)[0] for s in range(0, len(batch), micro)]
         return torch.cat(parts, dim=0)
-
-    def rollout_metrics(self, batch, inputs, timings) -> dict:
-        scores, gids, lengths = inputs.scores, inputs.group_ids, inputs.lengths
-        _, group_std, _ = group_mean_std(scores.double(), gids)
-        unique_gids, first = np.unique(gids.cpu().numpy(), return_index=True)
-        m = {"reward/mean": scores.mean().item(), "reward/std": scores.std().item() if len(scores) > 1 else 0.0,
-             "success_rate": (scores >= SUCCESS_THRESHOLD).float().mean().item(),
-             "frac_zero_std_groups": (group_std[torch.as_tensor(first)] == 0).float().mean().item(),
-             "response_length/mean": lengths.float().mean().item(), "response_length/max": lengths.max().item(),
-             "advantage/mean": batch.advantages.mean().item()}
-        for name, values in inputs.components.items():
-            m[f"reward/{name}/mean"] = torch.nanmean(values).item()
-        errors = dist.all_reduce(torch.tensor([self.reward.stats.failures], dtype=torch.float64))
-        m["reward/errors_total"] = errors.item()
-        return m
 
     def train_step(self) -> dict:
         timings = {}
@@ -267,8 +225,11 @@ class Trainer:
         batch = self.rollout(timings)
         batch = self.score(batch, timings)
         batch, inputs, method_metrics = self.advantages(batch)
-        metrics = self.rollout_metrics(batch, inputs, timings)
+        metrics = self.scorer.metrics(inputs)
+        metrics["response_length/mean"] = inputs.lengths.float().mean().item()
+        metrics["response_length/max"] = inputs.lengths.max().item()
         metrics.update(method_metrics)
+        metrics["advantage/mean"], metrics["advantage/std"] = self._global_mean_std(batch.advantages)
         metrics.update(self.train_on(batch, timings))
         timings["step"] = time.perf_counter() - t0
         slowest = dist.all_reduce(torch.tensor([timings[k] for k in sorted(timings)], dtype=torch.float64), op="max")
@@ -281,7 +242,9 @@ class Trainer:
 
     # --- the loop -------------------------------------------------------------------------------------------
     def trainer_state(self) -> dict:
-        return {"step": self.step, "data": self.data.state_dict(), "counters": dict(self.counters)}
+        """Everything besides the engine that carries across steps (restored exactly by --resume)."""
+        return {"step": self.step, "data": self.data.state_dict(), "counters": dict(self.counters),
+                "scorer": self.scorer.state_dict()}
 
     def save(self):
         save_checkpoint(self.actor, self.args.output_dir, self.step, self.trainer_state(), self.args.save_total_limit)

@@ -18,7 +18,9 @@ class Rollout:
     group_ids: torch.Tensor        # Tensor[N] long, global prompt index: same id = same prompt
     completions: list              # N decoded response strings
     samples: list                  # N dataset rows (the prompt's sample repeated G times)
-    scores: torch.Tensor = None    # Tensor[N] float, the scalar reward of each response
+    prompts: list = None           # N prompt texts given to reward functions
+    scores: torch.Tensor = None    # Tensor[N] float, the scalar reward of each response (weighted components)
+    correctness: torch.Tensor = None  # Tensor[N] float, the env verifier's score (success = full marks)
     components: dict = field(default_factory=dict)  # reward name -> Tensor[N] (NaN where a reward abstained)
     old_logp: torch.Tensor = None  # Tensor[N, R] log-probs of the response tokens under the rollout policy
     ref_logp: torch.Tensor = None  # Tensor[N, R] same under the frozen reference (None when beta = 0)

@@ -17,3 +17,8 @@ class BrokenVerifierEnv(ArithEnv):
 
     def step(self, model_text: str) -> StepResult:
         raise ConnectionError("reward server unreachable")
+
+
+def half_reward(prompt, completion, sample):
+    """A user reward with two components, one of which abstains."""
+    return {"half": 0.5, "judge": None}

@@ -5,6 +5,8 @@ To add a method: copy grpo.py, change the maths, the @register / @register_adapt
 from rl.advantages.registry import (ADVANTAGE_ESTIMATORS, AdvantageInputs, compute_advantages, get_estimator,
                                     register, register_adapter)
 from rl.advantages.grpo import grpo
+from rl.advantages.gdpo import gdpo
+from rl.advantages.dara import dara
 
 __all__ = ["ADVANTAGE_ESTIMATORS", "AdvantageInputs", "compute_advantages", "get_estimator", "register",
-           "register_adapter", "grpo"]
+           "register_adapter", "grpo", "gdpo", "dara"]

@@ -19,7 +19,12 @@ class AdvantageInputs:
     scores: torch.Tensor                 # Tensor[N] scalar reward per response
     group_ids: torch.Tensor              # Tensor[N] long
     lengths: torch.Tensor                # Tensor[N] number of response tokens
-    components: dict = field(default_factory=dict)  # reward name -> Tensor[N], NaN = abstained
+    components: dict = field(default_factory=dict)  # reward name -> Tensor[N], NaN = abstained (ordered)
+    correctness: torch.Tensor = None     # Tensor[N] the env verifier's score
+
+    def component_matrix(self) -> torch.Tensor:
+        """Tensor[N, K], columns in the order of `components`."""
+        return torch.stack(list(self.components.values()), dim=1)
 
 
 def register(name: str):
