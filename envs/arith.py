@@ -5,7 +5,7 @@ contains, so held-out accuracy measures generalisation, not memorisation.
 """
 import random
 
-from envs.base import Env, StepResult, register_env
+from envs.base import VerifyAndRefineEnv, register_env
 from rewards.arith import ArithVerifier
 
 PROMPT_TEMPLATE = "What is {a} {op} {b}? Give the final answer as \\boxed{{number}}."
@@ -42,21 +42,15 @@ def make_arith_split(split: str, n: int, seed: int = 0) -> list:
 
 
 @register_env("arith")
-class ArithEnv(Env):
-    """Single turn: ask the sum, score 1 when the final integer is right."""
-    max_turns = 1
+class ArithEnv(VerifyAndRefineEnv):
+    """Ask the sum; score 1 when the final integer is right. With max_turns > 1, a wrong answer gets another try."""
 
-    def __init__(self, verifier=None, **unused_data_keys):  # rows are generated, so prompt/answer keys are fixed
-        self.verifier = verifier or ArithVerifier()
-        self.sample = None
+    @classmethod
+    def make_verifier(cls, **kwargs):
+        return ArithVerifier()
 
-    def reset(self, sample: dict) -> list:
-        self.sample = sample
-        return [{"role": "user", "content": sample["prompt"]}]
-
-    def step(self, model_text: str) -> StepResult:
-        score = self.verifier(self.sample["prompt"], model_text, self.sample)
-        return StepResult(observation=[], score=score, components={"correctness": score}, done=True)
+    def first_message(self, sample: dict) -> str:
+        return sample["prompt"]
 
     @classmethod
     def dataset(cls, split: str, n: int, seed: int):

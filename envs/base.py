@@ -1,8 +1,9 @@
-"""The environment interface every task implements (single- or multi-turn)."""
+"""The environment interface every task implements (single- or multi-turn), and verify-and-refine envs."""
 import importlib
 from dataclasses import dataclass, field
 
 ENVS = {}
+RETRY_FEEDBACK = "That answer is not correct. Check your work and try again."
 
 
 @dataclass
@@ -15,15 +16,21 @@ class StepResult:
 
 
 class Env:
-    """One episode per instance. Subclasses set `max_turns` and implement reset/step.
+    """One episode per instance. Subclasses implement reset/step; `max_turns` bounds the episode.
 
-    Constructors take keyword arguments only and accept `prompt_key` / `answer_key` (the data fields of
-    --prompt_key / --answer_key), ignoring them when the env generates its own rows.
-
-    `dataset(split, n, seed)` returns the rows an env draws prompts from when it generates its own data (arith);
-    data-backed envs (math) take rows from --data_path instead and return None.
+    Constructors take keyword arguments only: `verifier` (shared by all episodes of a run, made once by
+    `make_verifier`), `prompt_key` / `answer_key` (the data fields of --prompt_key / --answer_key, ignored when the
+    env generates its own rows) and `max_turns`.
     """
-    max_turns = 1
+
+    def __init__(self, verifier=None, prompt_key: str = "problem", answer_key: str = "answer", max_turns: int = 1,
+                 **unused):
+        self.verifier = verifier if verifier is not None else self.make_verifier(answer_key=answer_key)
+        self.prompt_key, self.answer_key, self.max_turns = prompt_key, answer_key, max_turns
+
+    @classmethod
+    def make_verifier(cls, **kwargs):
+        return None
 
     def reset(self, sample: dict) -> list:
         raise NotImplementedError
@@ -31,9 +38,41 @@ class Env:
     def step(self, model_text: str) -> StepResult:
         raise NotImplementedError
 
+    def score_turn(self, model_text: str) -> float:
+        """The score `model_text` would get at the current turn, without advancing the episode (used for
+        TCPO's fixed-history counterfactuals). Envs whose score depends on hidden state may not support it."""
+        raise NotImplementedError(f"{type(self).__name__} cannot score an alternative turn")
+
     @classmethod
     def dataset(cls, split: str, n: int, seed: int):
+        """Rows of an env that generates its own data (arith); None for data-backed envs (math)."""
         return None
+
+
+class VerifyAndRefineEnv(Env):
+    """Ask; score each answer with the verifier; while it is wrong and turns remain, say so and ask again.
+
+    The feedback never contains the answer. Subclasses give `first_message(sample)` and a verifier
+    fn(prompt, completion, sample) -> score in [0, 1].
+    """
+
+    def first_message(self, sample: dict) -> str:
+        raise NotImplementedError
+
+    def reset(self, sample: dict) -> list:
+        self.sample, self.turn = sample, 0
+        return [{"role": "user", "content": self.first_message(sample)}]
+
+    def score_turn(self, model_text: str) -> float:
+        return float(self.verifier(None, model_text, self.sample))
+
+    def step(self, model_text: str) -> StepResult:
+        score = self.score_turn(model_text)
+        self.turn += 1
+        done = score >= 1.0 or self.turn >= self.max_turns
+        observation = [] if done else [{"role": "user", "content": RETRY_FEEDBACK}]
+        return StepResult(observation=observation, score=score, components={"correctness": score}, done=done,
+                          info={"turn": self.turn})
 
 
 def register_env(name: str):

@@ -1,23 +1,16 @@
-"""Single-turn math: the dataset's problem as the user turn, math-verify against its answer."""
-from envs.base import Env, StepResult, register_env
+"""Math problems scored by math-verify against the dataset's answer; multi-turn verify-and-refine with
+--max_turns > 1 (the feedback says the answer is wrong, never what the answer is)."""
+from envs.base import VerifyAndRefineEnv, register_env
 from rewards.math import MathVerifier
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 
 
 @register_env("math")
-class MathEnv(Env):
-    max_turns = 1
+class MathEnv(VerifyAndRefineEnv):
+    @classmethod
+    def make_verifier(cls, answer_key: str = "answer", **kwargs):
+        return MathVerifier(answer_key=answer_key)
 
-    def __init__(self, verifier=None, prompt_key: str = "problem", answer_key: str = "answer", **unused):
-        self.verifier = verifier or MathVerifier(answer_key=answer_key)
-        self.prompt_key, self.answer_key = prompt_key, answer_key
-        self.sample = None
-
-    def reset(self, sample: dict) -> list:
-        self.sample = sample
-        return [{"role": "user", "content": f"{sample[self.prompt_key]}\n{INSTRUCTION}"}]
-
-    def step(self, model_text: str) -> StepResult:
-        score = self.verifier(self.sample[self.prompt_key], model_text, self.sample)
-        return StepResult(observation=[], score=score, components={"correctness": score}, done=True)
+    def first_message(self, sample: dict) -> str:
+        return f"{sample[self.prompt_key]}\n{INSTRUCTION}"

@@ -33,21 +33,24 @@ class RewardCaller:
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"reward-{name}")
 
     def __call__(self, prompt, completion, sample):
+        ok, value = self.run(self.fn, prompt, completion, sample)
+        return self._check(value) if ok else 0.0
+
+    def run(self, fn, *args):
+        """Call fn(*args) under this caller's timeout and counters. Returns (True, value) or (False, None)."""
         self.stats.calls += 1
-        future = self._pool.submit(self.fn, prompt, completion, sample)
+        future = self._pool.submit(fn, *args)
         try:
-            value = future.result(timeout=self.timeout_s)
+            return True, future.result(timeout=self.timeout_s)
         except concurrent.futures.TimeoutError:
             self.stats.timeouts += 1
             logger.warning("reward %s timed out after %.1fs; scored 0", self.name, self.timeout_s)
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"reward-{self.name}")
-            return 0.0
         except Exception as exc:  # a reward bug must not kill a multi-hour run: count it and score 0
             self.stats.errors += 1
             logger.warning("reward %s raised %s: %s; scored 0", self.name, type(exc).__name__, exc)
-            return 0.0
-        return self._check(value)
+        return False, None
 
     def _check(self, value):
         if isinstance(value, dict):

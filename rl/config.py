@@ -8,9 +8,10 @@ import os
 from rl.loss import KL_TYPES, LOSS_AGG_MODES
 from rl.models import DEFAULT_MODEL_DIR
 
-ALGOS = ("grpo", "gdpo", "dara", "maestro", "tcpo")
-BUILT_ALGOS = ("grpo", "gdpo", "dara")
-MULTI_REWARD_ALGOS = ("gdpo", "dara")  # the others have their own issues; asking for one exits with a clear message
+ALGOS = ("grpo", "gdpo", "dara", "maestro", "tcpo", "mt_grpo")
+BUILT_ALGOS = ("grpo", "gdpo", "dara", "tcpo", "mt_grpo")
+MULTI_REWARD_ALGOS = ("gdpo", "dara")
+TURN_LEVEL_ALGOS = ("tcpo", "mt_grpo")  # the others have their own issues; asking for one exits with a clear message
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,6 +55,26 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--dara_tau", type=float, default=1e-8, help="DARA activity threshold on sum |Z| in a group")
     g.add_argument("--dara_static_weights", default=None,
                    help="comma list replacing DARA's density weights (the static-weight control)")
+
+    g = p.add_argument_group("multi-turn (verify and refine) and turn-level credit")
+    g.add_argument("--max_turns", type=int, default=1,
+                   help="turns per episode: after a wrong answer the env gives feedback and the model tries again")
+    g.add_argument("--traj_score", choices=("final", "best"), default="final",
+                   help="trajectory reward for trajectory-level methods (grpo, gdpo, dara) on multi-turn envs")
+    g.add_argument("--mt_grpo_lambda", type=float, default=1.0, help="MT-GRPO weight of the turn-level advantage")
+    g.add_argument("--tcpo_tau", type=float, default=1.0, help="TCPO: a prior best >= tau counts as solved")
+    g.add_argument("--tcpo_beta_pres", type=float, default=0.1, help="TCPO preservation bonus")
+    g.add_argument("--tcpo_beta_reg", type=float, default=1.0, help="TCPO regression penalty scale")
+    g.add_argument("--tcpo_lambda_hind", type=float, default=1.0, help="TCPO hindsight scale")
+    g.add_argument("--tcpo_gamma", type=float, default=0.9, help="TCPO early-turn prior: turn k weighted gamma^(k-1)")
+    g.add_argument("--tcpo_cf_budget", type=int, default=5,
+                   help="TCPO: non-improving turns per rank and step that get fixed-history counterfactuals (0 = off)")
+    g.add_argument("--tcpo_cf_select", choices=("topl", "random"), default="topl",
+                   help="TCPO: pick counterfactual turns by highest surprisal (topl) or at random (ablation)")
+    g.add_argument("--tcpo_cf_samples", type=int, default=4, help="TCPO: alternatives sampled per counterfactual turn")
+    g.add_argument("--tcpo_cf_mix", type=float, default=0.5, help="TCPO: weight of the counterfactual in the delayed term")
+    g.add_argument("--tcpo_no_retro", action="store_true", help="TCPO ablation: drop the retrospective term")
+    g.add_argument("--tcpo_no_hind", action="store_true", help="TCPO ablation: drop the hindsight/counterfactual term")
 
     g = p.add_argument_group("optimisation")
     g.add_argument("--actor_learning_rate", type=float, default=2e-5, help="AdamW learning rate")
@@ -140,6 +161,15 @@ def validate(args) -> None:
                 bad(f"--{flag} {value}: expected comma-separated numbers")
     if args.dara_w_max < 1:
         bad(f"--dara_w_max must be >= 1, got {args.dara_w_max}")
+    if args.max_turns < 1:
+        bad(f"--max_turns must be >= 1, got {args.max_turns}")
+    if args.algo in TURN_LEVEL_ALGOS and args.max_turns < 2:
+        bad(f"--algo {args.algo} assigns credit to turns and needs --max_turns >= 2 (got {args.max_turns})")
+    if args.max_turns > 1 and args.reward_funcs != [CORRECTNESS]:
+        bad("multi-turn episodes (--max_turns > 1) are scored by the env's verifier only; "
+            f"drop --reward_funcs {','.join(args.reward_funcs)}")
+    if args.tcpo_cf_samples < 2 and args.tcpo_cf_budget > 0:
+        bad("--tcpo_cf_samples must be >= 2 (a counterfactual needs alternatives that can differ)")
     if args.num_generations < 2:
         bad(f"--num_generations {args.num_generations}: {args.algo} needs at least 2 responses per prompt")
     for flag in ("per_device_generation_batch_size", "max_answer_seq_len", "max_prompt_seq_len", "max_steps",

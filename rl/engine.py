@@ -145,8 +145,10 @@ def generation_model(engine):
     ZeRO-3: all partitions are gathered once, and ZeRO's per-module fetch/release hooks are detached for the
     duration (as TRL does), so that generating T tokens does not re-gather every layer T times.
     """
-    module = engine.module
-    if engine.zero_optimization_partition_weights() and not _hybrid_engine_active(engine):
+    module = getattr(engine, "module", engine)  # a plain nn.Module (eval, tests) generates as it is
+    if module is engine:
+        yield module
+    elif engine.zero_optimization_partition_weights() and not _hybrid_engine_active(engine):
         coordinator = _zero3_offload_coordinator(engine)
         with deepspeed.zero.GatheredParameters(list(module.parameters())):
             for param in module.parameters():

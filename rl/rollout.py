@@ -5,7 +5,6 @@ import torch
 
 from rl.engine import generation_model
 from rl.loss import entropy_from_logits
-from rl.types import Rollout
 
 
 def encode_prompts(tokenizer, conversations: list, max_prompt_seq_len: int):
@@ -43,45 +42,44 @@ def eos_ids(tokenizer, model_config) -> list:
     return sorted(i for i in ids if i is not None)
 
 
+def left_pad(sequences: list, pad_id: int, device):
+    """Token lists -> (Tensor[B, L] left-padded ids, Tensor[B, L] attention mask)."""
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, seq in enumerate(sequences):
+        ids[i, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
+        mask[i, width - len(seq):] = 1
+    return ids.to(device), mask.to(device)
+
+
 @torch.no_grad()
-def generate_rollout(engine, tokenizer, conversations: list, samples: list, group_ids: torch.Tensor, args, timings: dict):
-    """Sample `args.num_generations` responses per conversation in one batched generate.
+def sample_turn(engine, tokenizer, contexts: list, args, timings: dict) -> list:
+    """One batched, sampled generate over every live trajectory's context (one ZeRO-3 gather for all).
 
     Args:
-        conversations: B chat-message lists; samples: B dataset rows; group_ids: Tensor[B] global prompt ids.
+        contexts: B token lists (prompt and history so far).
     Returns:
-        Rollout with N = B x G rows (the G responses of a prompt are adjacent).
+        B token lists: each response through its first EOS (or cut at --max_answer_seq_len).
     """
-    g = args.num_generations
-    prompt_ids, prompt_mask = encode_prompts(tokenizer, conversations, args.max_prompt_seq_len)
-    prompt_ids = prompt_ids.repeat_interleave(g, dim=0).to(engine.device)
-    prompt_mask = prompt_mask.repeat_interleave(g, dim=0).to(engine.device)
-    eos = eos_ids(tokenizer, engine.module)
-
+    eos = eos_ids(tokenizer, getattr(engine, 'module', engine))
+    ids, mask = left_pad(contexts, tokenizer.pad_token_id, engine.device)
     t0 = time.perf_counter()
     with generation_model(engine) as model:
         t1 = time.perf_counter()
         was_training = model.training
         model.eval()
         sequences = model.generate(
-            input_ids=prompt_ids, attention_mask=prompt_mask, do_sample=True, temperature=args.temperature,
-            top_p=args.top_p, top_k=args.top_k or None, max_new_tokens=args.max_answer_seq_len,
-            pad_token_id=tokenizer.pad_token_id, eos_token_id=eos, use_cache=True)
+            input_ids=ids, attention_mask=mask, do_sample=True, temperature=args.temperature, top_p=args.top_p,
+            top_k=args.top_k or None, max_new_tokens=args.max_answer_seq_len, pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=eos, use_cache=True)
         model.train(was_training)
         t2 = time.perf_counter()
     timings["gather"] = timings.get("gather", 0.0) + (t1 - t0) + (time.perf_counter() - t2)
     timings["generate"] = timings.get("generate", 0.0) + (t2 - t1)
-
-    prompt_len = prompt_ids.shape[1]
-    response_ids = sequences[:, prompt_len:]
-    response_mask = response_mask_from_ids(response_ids, eos)
-    response_ids = torch.where(response_mask.bool(), response_ids, torch.full_like(response_ids, tokenizer.pad_token_id))
-    attention_mask = torch.cat([prompt_mask, response_mask.long()], dim=1)
-    completions = tokenizer.batch_decode(response_ids, skip_special_tokens=True)
-    return Rollout(input_ids=torch.cat([prompt_ids, response_ids], dim=1), attention_mask=attention_mask,
-                   response_mask=response_mask, prompt_len=prompt_len,
-                   group_ids=group_ids.repeat_interleave(g).to(engine.device), completions=completions,
-                   samples=[s for s in samples for _ in range(g)])
+    new = sequences[:, ids.shape[1]:]
+    keep = response_mask_from_ids(new, eos).sum(-1).long().tolist()
+    return [new[i, :keep[i]].tolist() for i in range(len(contexts))]
 
 
 def response_logprobs(model, input_ids, attention_mask, prompt_len: int, temperature: float, with_entropy: bool = False):

@@ -5,7 +5,7 @@ Also the step's reward metrics and the guard that stops a run whose rewards most
 import numpy as np
 import torch
 
-from envs import make_env
+from envs import StepResult, env_class
 from rewards.base import RewardCaller
 from rewards.registry import CORRECTNESS, build_reward_fn
 from rl import dist
@@ -18,27 +18,50 @@ SUCCESS_THRESHOLD = 1.0 - 1e-6  # a response "succeeds" when its verifier score 
 class Scorer:
     def __init__(self, args):
         self.args = args
-        self.env = make_env(args.env, prompt_key=args.prompt_key, answer_key=args.answer_key)
-        self.verifier = RewardCaller(self._score_with_env, name=CORRECTNESS)
+        self.env_cls = env_class(args.env)
+        self.shared_verifier = self.env_cls.make_verifier(answer_key=args.answer_key)  # one for all episodes
+        self.verifier = RewardCaller(None, name=CORRECTNESS)  # counts and guards every env.step
         self.extra = [RewardCaller(build_reward_fn(name, args), name=name)
                       for name in args.reward_funcs if name != CORRECTNESS]
         self.callers = [self.verifier, *self.extra]
         self.component_names = []  # reward components seen on any rank, in first-seen order
         self.checked = {"calls": 0.0, "failures": 0.0}  # global totals at the last failure check
 
-    def _score_with_env(self, prompt, completion, sample):
-        self.env.reset(sample)
-        return self.env.step(completion).score
+    def new_env(self):
+        return self.env_cls(verifier=self.shared_verifier, prompt_key=self.args.prompt_key,
+                            answer_key=self.args.answer_key, max_turns=self.args.max_turns)
+
+    def safe_step(self, env, text: str) -> StepResult:
+        """env.step under the verifier's timeout and counters; a failure ends the episode with score 0."""
+        ok, result = self.verifier.run(env.step, text)
+        if not ok:
+            return StepResult(observation=[], score=0.0, done=True, info={"failed": True})
+        result.score = self.verifier._check_scalar(result.score, CORRECTNESS)
+        return result
+
+    def score_alternative(self, env, text: str):
+        """The score `text` would get at env's current turn, or None (the env cannot say, or the call failed)."""
+        ok, value = self.verifier.run(env.score_turn, text)
+        return self.verifier._check_scalar(value, CORRECTNESS) if ok else None
+
+    def trajectory_score(self, turn_scores: torch.Tensor) -> torch.Tensor:
+        """Tensor[N, T] -> Tensor[N]: the final turn's score, or the best turn's (--traj_score best)."""
+        if self.args.traj_score == "best":
+            return torch.nan_to_num(turn_scores, nan=float("-inf")).max(1).values
+        present = ~torch.isnan(turn_scores)
+        last = present.long().cumsum(1).argmax(1)
+        return turn_scores.gather(1, last.unsqueeze(1)).squeeze(1)
 
     def score(self, batch):
         """Fill batch.correctness, batch.components ({name: Tensor[N]}, NaN = abstained) and batch.scores.
 
-        A dict-valued reward's keys are learned as they appear and unioned across ranks, so the component
-        columns are named and ordered the same on every rank. A failed call was scored 0 by its RewardCaller.
+        The env's verifier already scored every turn during the episodes; the other rewards score the final
+        response. A dict-valued reward's keys are learned as they appear and unioned across ranks, so the
+        component columns are named and ordered the same on every rank. A failed call was scored 0.
         """
         rows = []
-        for completion, sample, prompt in zip(batch.completions, batch.samples, batch.prompts):
-            correctness = self.verifier(prompt, completion, sample)
+        trajectory = self.trajectory_score(batch.turn_scores).tolist()
+        for completion, sample, prompt, correctness in zip(batch.completions, batch.samples, batch.prompts, trajectory):
             comps = {CORRECTNESS: correctness} if CORRECTNESS in self.args.reward_funcs else {}
             for caller in self.extra:
                 value = caller(prompt, completion, sample)
@@ -87,6 +110,8 @@ class Scorer:
         m = {"reward/mean": scores.mean().item(), "reward/std": scores.std().item() if len(scores) > 1 else 0.0,
              "success_rate": (inputs.correctness >= SUCCESS_THRESHOLD).float().mean().item(),
              "frac_zero_std_groups": frac_constant_groups(scores)}
+        if inputs.turn_scores.shape[1] > 1:
+            m.update(turn_metrics(inputs.turn_scores))
         failures = dist.all_reduce(torch.tensor([float(c.stats.failures) for c in self.callers], dtype=torch.float64))
         for caller, total in zip(self.callers, failures.tolist()):
             m[f"reward/{caller.name}/errors"] = total
@@ -106,3 +131,14 @@ class Scorer:
         self.checked = dict(state["checked"])
         for caller in self.callers:
             vars(caller.stats).update(state["stats"].get(caller.name, {}))
+
+
+def turn_metrics(turn_scores: torch.Tensor) -> dict:
+    """Multi-turn success: cumulative success by turn and the mean number of turns the successes took."""
+    solved = torch.nan_to_num(turn_scores, nan=0.0) >= SUCCESS_THRESHOLD      # [N, T]
+    ever = solved.any(1)
+    first = torch.where(ever, solved.float().argmax(1), torch.full_like(ever, -1, dtype=torch.long))
+    m = {f"success_by_turn/{k + 1}": (ever & (first <= k)).float().mean().item() for k in range(turn_scores.shape[1])}
+    m["avg_turns_to_success"] = (first[ever] + 1).float().mean().item() if ever.any() else float("nan")
+    m["avg_turns"] = (~torch.isnan(turn_scores)).sum(1).float().mean().item()
+    return m

@@ -13,6 +13,7 @@ from tqdm import tqdm
 
 from rl import dist
 from rl.advantages import AdvantageInputs, compute_advantages
+from rl.advantages.registry import ROLLOUT_HOOKS
 from rl.checkpoint import (checkpoint_root, export_hf, load_checkpoint, resolve_resume, rng_state, save_checkpoint,
                            set_rng_state)
 from rl.data import PromptStream, training_rows
@@ -20,7 +21,8 @@ from rl.engine import build_actor, build_reference, set_cpu_threads
 from rl.loss import policy_loss
 from rl.metrics import MetricsLogger
 from rl.models import load_tokenizer
-from rl.rollout import generate_rollout, response_logprobs
+from rl.episodes import run_episodes
+from rl.rollout import response_logprobs
 from rl.errors import RewardFailure, TrainingAborted
 from rl.scoring import Scorer
 
@@ -93,16 +95,16 @@ class Trainer:
         a = self.args
         rows, ids = self.data.next_batch(a.per_device_generation_batch_size * self.world, self.rank,
                                          a.per_device_generation_batch_size)
-        conversations = [self.scorer.env.reset(row) for row in rows]
-        batch = generate_rollout(self.actor, self.tokenizer, conversations, rows, torch.tensor(ids), a, timings)
-        # The text reward functions see as `prompt`: the last user message of each response's conversation.
-        batch.prompts = [c[-1]["content"] for c in conversations for _ in range(a.num_generations)]
-        return batch
+        g = a.num_generations
+        samples = [row for row in rows for _ in range(g)]
+        envs = [self.scorer.new_env() for _ in samples]
+        return run_episodes(self.actor, self.tokenizer, envs, samples, torch.tensor(ids).repeat_interleave(g),
+                            self.scorer.safe_step, a, timings)
 
     def score(self, batch, timings):
         t0 = time.perf_counter()
         batch = self.scorer.score(batch)
-        timings["reward"] = time.perf_counter() - t0
+        timings["reward"] = timings.get("reward", 0.0) + time.perf_counter() - t0
         self.scorer.check_failures(self.step + 1)
         return batch
 
@@ -112,8 +114,11 @@ class Trainer:
         lengths = batch.response_mask.sum(-1)
         inputs = AdvantageInputs(scores=dist.all_gather_cat(batch.scores), group_ids=dist.all_gather_cat(batch.group_ids),
                                  lengths=dist.all_gather_cat(lengths),
-                                 components={k: dist.all_gather_cat(v) for k, v in batch.components.items()})
-        inputs.correctness = dist.all_gather_cat(batch.correctness)
+                                 components={k: dist.all_gather_cat(v) for k, v in batch.components.items()},
+                                 correctness=dist.all_gather_cat(batch.correctness),
+                                 turn_scores=dist.all_gather_cat(batch.turn_scores),
+                                 counterfactual=None if batch.counterfactual is None
+                                 else dist.all_gather_cat(batch.counterfactual))
         adv, method_metrics = compute_advantages(self.args.algo, inputs, self.args)
         n = len(batch)
         batch.advantages = adv[self.rank * n:(self.rank + 1) * n].to(self.actor.device)
@@ -145,7 +150,7 @@ class Trainer:
                                                   batch.prompt_len, a.temperature, with_entropy=True)
                 old = batch.old_logp[sl] if batch.old_logp is not None else logp.detach()
                 ref = batch.ref_logp[sl] if batch.ref_logp is not None else None
-                loss, stats = policy_loss(logp, old, batch.advantages[sl, None].expand_as(logp), mask,
+                loss, stats = policy_loss(logp, old, batch.token_advantages(sl), mask,
                                           a.clip_ratio_low, a.clip_ratio_high, a.clip_ratio_c, a.loss_agg_mode,
                                           ref_logp=ref, beta=a.beta, kl_type=a.kl_type, **agg)
                 if inject_nan:
@@ -224,7 +229,9 @@ class Trainer:
         t0 = time.perf_counter()
         batch = self.rollout(timings)
         batch = self.score(batch, timings)
+        hook_metrics = ROLLOUT_HOOKS[self.args.algo](self, batch, timings) if self.args.algo in ROLLOUT_HOOKS else {}
         batch, inputs, method_metrics = self.advantages(batch)
+        method_metrics.update(hook_metrics)
         metrics = self.scorer.metrics(inputs)
         metrics["response_length/mean"] = inputs.lengths.float().mean().item()
         metrics["response_length/max"] = inputs.lengths.max().item()
@@ -235,6 +242,8 @@ class Trainer:
         slowest = dist.all_reduce(torch.tensor([timings[k] for k in sorted(timings)], dtype=torch.float64), op="max")
         for i, k in enumerate(sorted(timings)):
             metrics[f"time/{k}"] = slowest[i].item()
+        if "time/counterfactual" in metrics:
+            metrics["tcpo/cf_time_share"] = metrics["time/counterfactual"] / max(metrics["time/step"], 1e-9)
         generated = inputs.lengths.sum().item()
         metrics["throughput/generated_tokens_per_s"] = generated / max(metrics["time/generate"], 1e-9)
         metrics["throughput/tokens_per_s"] = generated / max(metrics["time/step"], 1e-9)

@@ -1,22 +1,24 @@
-"""An env with a dense, learnable reward for the launcher tests: a random tiny model almost never gets a sum
-right, so arith's 0/1 score would leave every group constant and every advantage 0."""
+"""Envs for the launcher tests. A random tiny model almost never gets a sum right, so arith's 0/1 score would
+leave every group constant and every advantage 0: these give dense, learnable (or failing) scores."""
 from envs.arith import ArithEnv
-from envs.base import StepResult
 
 
 class DigitFractionEnv(ArithEnv):
-    """Score = fraction of the response's characters that are digits."""
+    """Score = fraction of the response's characters that are digits; multi-turn like arith (done at score 1)."""
 
-    def step(self, model_text: str) -> StepResult:
-        score = sum(c.isdigit() for c in model_text) / max(len(model_text), 1)
-        return StepResult(observation=[], score=score, components={"digits": score}, done=True)
+    @classmethod
+    def make_verifier(cls, **kwargs):
+        return lambda prompt, text, sample: sum(c.isdigit() for c in text) / max(len(text), 1)
 
 
 class BrokenVerifierEnv(ArithEnv):
     """A verifier that always raises, as a reward server that is down would."""
 
-    def step(self, model_text: str) -> StepResult:
-        raise ConnectionError("reward server unreachable")
+    @classmethod
+    def make_verifier(cls, **kwargs):
+        def broken(prompt, text, sample):
+            raise ConnectionError("reward server unreachable")
+        return broken
 
 
 def half_reward(prompt, completion, sample):

@@ -28,7 +28,7 @@ def _refused(argv, capsys):
     return str(exc.value) + capsys.readouterr().err
 
 
-@pytest.mark.parametrize("algo", ["maestro", "tcpo"])
+@pytest.mark.parametrize("algo", ["maestro"])
 def test_unbuilt_method_exits_with_a_clear_message(algo, tiny_model_dir, capsys):
     msg = _refused(["--algo", algo, "--model_name_or_path", tiny_model_dir], capsys)
     assert f"--algo {algo} is not built yet" in msg
@@ -88,6 +88,9 @@ def test_skip_bad_rows_reports_how_many_were_skipped(tmp_path, caplog):
     (["--algo", "dara"], "--algo dara normalises each reward separately and needs at least two rewards"),
     (["--algo", "gdpo", "--reward_funcs", "correctness"], "needs at least two rewards"),
     (["--reward_funcs", "correctness,lenght"], "unknown reward 'lenght'"),
+    (["--algo", "tcpo"], "--algo tcpo assigns credit to turns and needs --max_turns >= 2 (got 1)"),
+    (["--algo", "mt_grpo", "--max_turns", "1"], "needs --max_turns >= 2"),
+    (["--max_turns", "3", "--reward_funcs", "correctness,length"], "scored by the env's verifier only"),
     (["--reward_funcs", "correctness,correctness"], "lists a reward twice"),
     (["--reward_weights", "1,x"], "--reward_weights 1,x: expected comma-separated numbers"),
     (["--algo", "dara", "--reward_funcs", "correctness,length", "--dara_w_max", "0.5"], "--dara_w_max"),

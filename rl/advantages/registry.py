@@ -11,6 +11,7 @@ import torch
 
 ADVANTAGE_ESTIMATORS = {}
 BATCH_ADAPTERS = {}
+ROLLOUT_HOOKS = {}  # name -> fn(trainer, batch, timings) -> metrics: extra rollout work a method needs
 
 
 @dataclass
@@ -20,7 +21,9 @@ class AdvantageInputs:
     group_ids: torch.Tensor              # Tensor[N] long
     lengths: torch.Tensor                # Tensor[N] number of response tokens
     components: dict = field(default_factory=dict)  # reward name -> Tensor[N], NaN = abstained (ordered)
-    correctness: torch.Tensor = None     # Tensor[N] the env verifier's score
+    correctness: torch.Tensor = None     # Tensor[N] the env verifier's trajectory score
+    turn_scores: torch.Tensor = None     # Tensor[N, T] verifier score per turn, NaN after a trajectory ended
+    counterfactual: torch.Tensor = None  # Tensor[N, T] TCPO fixed-history counterfactuals (NaN = none)
 
     def component_matrix(self) -> torch.Tensor:
         """Tensor[N, K], columns in the order of `components`."""
@@ -39,6 +42,13 @@ def register(name: str):
 def register_adapter(name: str):
     def wrap(fn):
         BATCH_ADAPTERS[name] = fn
+        return fn
+    return wrap
+
+
+def register_rollout_hook(name: str):
+    def wrap(fn):
+        ROLLOUT_HOOKS[name] = fn
         return fn
     return wrap
 

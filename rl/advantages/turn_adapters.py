@@ -1,0 +1,32 @@
+"""Trainer adapters of the turn-level estimators (TCPO, MT-GRPO): flags and batch tensors -> pure functions."""
+import torch
+
+from rl.advantages.mt_grpo import mt_grpo
+from rl.advantages.registry import AdvantageInputs, register_adapter, register_rollout_hook
+from rl.advantages.tcpo import tcpo
+
+
+@register_adapter("mt_grpo")
+def mt_grpo_from_batch(batch: AdvantageInputs, args):
+    return mt_grpo(batch.turn_scores, batch.group_ids, outcome=batch.scores, lam=args.mt_grpo_lambda), {}
+
+
+@register_adapter("tcpo")
+def tcpo_from_batch(batch: AdvantageInputs, args):
+    adv, parts = tcpo(batch.turn_scores, batch.group_ids, tau=args.tcpo_tau, beta_pres=args.tcpo_beta_pres,
+                      beta_reg=args.tcpo_beta_reg, lambda_hind=args.tcpo_lambda_hind, gamma=args.tcpo_gamma,
+                      counterfactual=batch.counterfactual, cf_mix=args.tcpo_cf_mix, use_retro=not args.tcpo_no_retro,
+                      use_hind=not args.tcpo_no_hind, return_parts=True)
+    present = ~torch.isnan(batch.turn_scores)
+    metrics = {f"tcpo/{name}": value[present].mean().item() for name, value in parts.items()}
+    return adv, metrics
+
+
+@register_rollout_hook("tcpo")
+def tcpo_counterfactuals(trainer, batch, timings):
+    """Fixed-history counterfactuals for the most surprising non-improving turns (rl/counterfactual.py)."""
+    from rl.counterfactual import counterfactuals
+    cf, count = counterfactuals(trainer.actor, trainer.tokenizer, batch, trainer.scorer.score_alternative,
+                                trainer.args, timings)
+    batch.counterfactual = cf
+    return {"tcpo/cf_turns": float(count), "tcpo/cf_applied": float(torch.isfinite(cf).sum())}

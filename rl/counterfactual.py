@@ -1,0 +1,77 @@
+"""TCPO's fixed-history counterfactuals: for the most surprising non-improving turns, sample alternatives from
+the same history and compare the turn's score with theirs.
+
+cf[i, k] = r[i, k] - mean(score of M alternatives for turn k of trajectory i), left NaN when the alternatives all
+scored the same (no information) or the turn was not selected. Selection is per rank: the --tcpo_cf_budget
+non-improving turns of this rank's batch with the highest surprisal (mean NLL of the turn's tokens under the
+rollout policy), or random ones for the ablation.
+"""
+import random
+import time
+
+import torch
+
+from rl.rollout import eos_ids, response_logprobs, sample_turn
+
+
+def turn_surprisal(logp: torch.Tensor, turn_ids: torch.Tensor, num_turns: int) -> torch.Tensor:
+    """Mean negative log-likelihood of each turn's model tokens. logp, turn_ids: Tensor[N, R] -> Tensor[N, T]."""
+    out = torch.full((logp.shape[0], num_turns), float("nan"))
+    for k in range(num_turns):
+        mask = (turn_ids == k).float()
+        count = mask.sum(1)
+        nll = -(logp * mask).sum(1) / count.clamp(min=1)
+        out[:, k] = torch.where(count > 0, nll.cpu(), torch.tensor(float("nan")))
+    return out
+
+
+def non_improving(turn_scores: torch.Tensor) -> torch.Tensor:
+    """Tensor[N, T] bool: present turns that did not beat the best earlier turn (the first turn: prior best 0)."""
+    filled = torch.nan_to_num(turn_scores, nan=float("-inf"))
+    prior = torch.cat([torch.zeros_like(filled[:, :1]), torch.cummax(filled, 1).values[:, :-1].clamp(min=0)], 1)
+    return ~torch.isnan(turn_scores) & (turn_scores <= prior)
+
+
+@torch.no_grad()
+def counterfactuals(engine, tokenizer, batch, score_fn, args, timings) -> tuple:
+    """Returns (cf Tensor[N, T], number of turns that got alternatives).
+
+    score_fn(env, text) -> float | None scores an alternative at the env's turn without advancing it (None when
+    the env cannot, or the call failed: that turn gets no counterfactual).
+    """
+    t0 = time.perf_counter()
+    n, num_turns = batch.turn_scores.shape
+    cf = torch.full((n, num_turns), float("nan"))
+    candidates = non_improving(batch.turn_scores)
+    if args.tcpo_cf_budget <= 0 or not candidates.any():
+        timings["counterfactual"] = time.perf_counter() - t0
+        return cf, 0
+    pairs = candidates.nonzero().tolist()
+    if args.tcpo_cf_select == "topl":
+        logp = torch.cat([response_logprobs(engine, batch.input_ids[s:s + 16], batch.attention_mask[s:s + 16],
+                                            batch.prompt_len, args.temperature)[0] for s in range(0, n, 16)])
+        surprisal = turn_surprisal(logp, batch.turn_ids, num_turns)
+        pairs.sort(key=lambda ik: -surprisal[ik[0], ik[1]].item())
+    else:
+        random.Random(int(batch.group_ids[0]) * 7919 + n).shuffle(pairs)
+    chosen = pairs[:args.tcpo_cf_budget]
+
+    contexts = []
+    for i, k in chosen:
+        real = batch.input_ids[i][batch.attention_mask[i].bool()].tolist()
+        prompt_tokens = int(batch.attention_mask[i, :batch.prompt_len].sum())
+        start = int((batch.turn_ids[i] == k).nonzero()[0])  # first model token of turn k in the response part
+        contexts += [real[:prompt_tokens + start]] * args.tcpo_cf_samples
+    alternatives = sample_turn(engine, tokenizer, contexts, args, timings)
+    eos = set(eos_ids(tokenizer, getattr(engine, 'module', engine)))
+    for j, (i, k) in enumerate(chosen):
+        texts = [tokenizer.decode([t for t in alt if t not in eos])
+                 for alt in alternatives[j * args.tcpo_cf_samples:(j + 1) * args.tcpo_cf_samples]]
+        scores = [score_fn(batch.envs[i], text) for text in texts]
+        if any(s is None for s in scores):
+            continue
+        scores = torch.tensor(scores)
+        if scores.max() > scores.min():  # all-equal alternatives carry no counterfactual information
+            cf[i, k] = batch.turn_scores[i, k] - scores.mean()
+    timings["counterfactual"] = time.perf_counter() - t0
+    return cf, len(chosen)

@@ -1,0 +1,102 @@
+"""The multi-turn driver: every live trajectory's turn k in one batched generate, then env.step, until each
+trajectory is done or has had --max_turns turns. Single-turn tasks are the case max_turns = 1.
+
+Token layout of a trajectory (what the trainer sees): [prompt | model turn 1 | feedback 1 | model turn 2 | ...].
+The model's tokens are kept exactly as sampled (the log-probs are of those tokens); the feedback tokens are the
+chat template's rendering of the env's messages that follows them. Convention, tested in
+tests/test_episodes.py: decoding the whole sequence gives the chat-template text of the whole conversation.
+"""
+import time
+
+import torch
+
+from rl.rollout import encode_prompts, eos_ids, sample_turn
+from rl.types import Rollout
+
+
+class TemplateMismatch(ValueError):
+    """The chat template re-renders earlier turns differently, so turns cannot be appended token by token."""
+
+
+def _feedback(tokenizer, messages: list, rendered_so_far: str):
+    """(token ids of the template text that follows `rendered_so_far`, the new rendered text)."""
+    full = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    if not full.startswith(rendered_so_far):
+        raise TemplateMismatch(
+            "the chat template does not render a conversation as an extension of its earlier turns (e.g. it drops "
+            "past reasoning); multi-turn rollouts need a prefix-stable template")
+    return tokenizer(full[len(rendered_so_far):], add_special_tokens=False)["input_ids"], full
+
+
+@torch.no_grad()
+def run_episodes(engine, tokenizer, envs: list, samples: list, group_ids: torch.Tensor, step_fn, args, timings):
+    """Play N episodes (one env instance each) and lay them out for training.
+
+    Args:
+        envs: N fresh env instances; samples: N dataset rows; group_ids: Tensor[N] (same id = same prompt).
+        step_fn: step_fn(env, text) -> StepResult, the guarded env.step (failures come back as done, score 0).
+    Returns:
+        Rollout with turn_scores Tensor[N, T] (NaN after a trajectory stopped) and turn_ids Tensor[N, R]
+        (turn index of each model token, -1 on feedback and padding).
+    """
+    n, max_turns = len(envs), args.max_turns
+    eos = eos_ids(tokenizer, getattr(engine, 'module', engine))
+    conversations = [env.reset(sample) for env, sample in zip(envs, samples)]
+    first_user_messages = [c[-1]["content"] for c in conversations]  # the `prompt` reward functions see
+    prompt_ids, prompt_mask = encode_prompts(tokenizer, conversations, args.max_prompt_seq_len)
+    prompts = [prompt_ids[i][prompt_mask[i].bool()].tolist() for i in range(n)]
+    segments = [[] for _ in range(n)]                 # (token list, turn index or -1 for feedback)
+    # The template text of each trajectory so far: feedback tokens are the template's continuation of it.
+    rendered = [tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in conversations]
+    eos_text = {t: tokenizer.decode([t]) for t in eos}
+    turn_scores = torch.full((n, max_turns), float("nan"))
+    completions = [""] * n
+    reward_time = 0.0
+    live = list(range(n))
+    for turn in range(max_turns):
+        if not live:
+            break
+        contexts = [prompts[i] + [t for seg, _ in segments[i] for t in seg] for i in live]
+        outputs = sample_turn(engine, tokenizer, contexts, args, timings)
+        still_live = []
+        for i, tokens in zip(live, outputs):
+            segments[i].append((tokens, turn))
+            text = tokenizer.decode([t for t in tokens if t not in eos])
+            completions[i] = text
+            t0 = time.perf_counter()
+            result = step_fn(envs[i], text)
+            reward_time += time.perf_counter() - t0
+            turn_scores[i, turn] = result.score
+            conversations[i] = conversations[i] + [{"role": "assistant", "content": text}]
+            if result.done or turn == max_turns - 1:
+                continue
+            conversations[i] = conversations[i] + list(result.observation)
+            rendered[i] += text + (eos_text[tokens[-1]] if tokens and tokens[-1] in eos_text else "")
+            feedback, rendered[i] = _feedback(tokenizer, conversations[i], rendered[i])
+            segments[i].append((feedback, -1))
+            still_live.append(i)
+        live = still_live
+    timings["reward"] = timings.get("reward", 0.0) + reward_time
+    batch = _layout(tokenizer, prompts, segments, turn_scores, completions, samples, group_ids, engine.device)
+    batch.prompts, batch.envs, batch.conversations = first_user_messages, envs, conversations
+    return batch
+
+
+def _layout(tokenizer, prompts, segments, turn_scores, completions, samples, group_ids, device) -> Rollout:
+    pad = tokenizer.pad_token_id
+    width_p = max(len(p) for p in prompts)
+    bodies = [[(t, k) for seg, k in segs for t in seg] for segs in segments]
+    width_r = max(1, max(len(b) for b in bodies))
+    n = len(prompts)
+    input_ids = torch.full((n, width_p + width_r), pad, dtype=torch.long)
+    attention = torch.zeros((n, width_p + width_r), dtype=torch.long)
+    turn_ids = torch.full((n, width_r), -1, dtype=torch.long)
+    for i, (prompt, body) in enumerate(zip(prompts, bodies)):
+        input_ids[i, width_p - len(prompt):width_p] = torch.tensor(prompt)
+        attention[i, width_p - len(prompt):width_p + len(body)] = 1
+        if body:
+            input_ids[i, width_p:width_p + len(body)] = torch.tensor([t for t, _ in body])
+            turn_ids[i, :len(body)] = torch.tensor([k for _, k in body])
+    return Rollout(input_ids=input_ids.to(device), attention_mask=attention.to(device),
+                   response_mask=(turn_ids >= 0).float().to(device), prompt_len=width_p, group_ids=group_ids.to(device),
+                   completions=completions, samples=samples, turn_ids=turn_ids.to(device), turn_scores=turn_scores)
