@@ -1,5 +1,8 @@
 """Learning speed of GRPO (summed reward), GDPO, DARA-Asym and DARA-Sym with correctness + a sparse length reward.
 
+The length reward is `benchmarks.rewards:concise_answer` (at most 4 words before the final answer; abstains when no
+number is given, which closes the `\boxed{number}` shortcut the plain `length` reward allowed).
+
 Same model (SmolLM2-135M-Instruct), data, seeds and step budget for every method; each run is `train.py` under
 the real `deepspeed` launcher (1 rank, ZeRO-3), then a greedy eval of the exported model on held-out prompts.
 Reports the first step at which the length reward's batch mean reaches THRESHOLD and the final correctness.
@@ -18,6 +21,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 from rl.metrics import read_metrics  # noqa: E402
 
+LENGTH_KEY = "reward/concise_answer/mean"  # over responses that gave a number (abstentions left out)
 METHODS = {
     "grpo (summed)": ["--algo", "grpo"],
     "gdpo": ["--algo", "gdpo"],
@@ -36,7 +40,6 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", default="1,2")
     p.add_argument("--max_steps", type=int, default=12)
-    p.add_argument("--length_limit", type=int, default=4)
     p.add_argument("--threshold", type=float, default=0.8)
     p.add_argument("--eval_samples", type=int, default=100)
     p.add_argument("--dtype", default="bf16")
@@ -51,15 +54,15 @@ def main():
             os.makedirs(out, exist_ok=True)
             t0 = time.time()
             run([deepspeed, "--num_gpus", "1", "--master_port", "29533", "train.py", *flags,
-                 "--reward_funcs", "correctness,length", "--length_limit", str(a.length_limit), "--dtype", a.dtype,
+                 "--reward_funcs", "correctness,benchmarks.rewards:concise_answer", "--dtype", a.dtype,
                  "--max_steps", str(a.max_steps), "--seed", str(seed), "--resume", "none", "--output_dir", out],
                 os.path.join(out, "train.log"))
             run([sys.executable, "eval.py", "--model_name_or_path", os.path.join(out, "final"), "--dtype", a.dtype,
                  "--num_samples", str(a.eval_samples), "--batch_size", "100",
                  "--output_file", os.path.join(out, "eval.json")], os.path.join(out, "eval.log"))
             rows = read_metrics(os.path.join(out, "metrics.jsonl"))
-            length = [r["reward/length/mean"] for r in rows]
-            reached = next((r["step"] for r in rows if r["reward/length/mean"] >= a.threshold), None)
+            length = [r[LENGTH_KEY] for r in rows]
+            reached = next((r["step"] for r in rows if r[LENGTH_KEY] >= a.threshold), None)
             with open(os.path.join(out, "eval.json")) as f:
                 accuracy = json.load(f)["accuracy"]
             results.append({"method": method, "seed": seed, "steps_to_threshold": reached, "length_curve": length,
@@ -100,7 +103,7 @@ def plot(results, a):
         axes[0].plot(range(1, len(r["length_curve"]) + 1), r["length_curve"], style, color=colors[r["method"]], label=label)
         axes[1].plot(range(1, len(r["correctness_curve"]) + 1), r["correctness_curve"], style, color=colors[r["method"]])
     axes[0].axhline(a.threshold, color="k", lw=0.5)
-    axes[0].set(title=f"length reward (<= {a.length_limit} words), batch mean", xlabel="step")
+    axes[0].set(title="concise-answer reward (<= 4 words before the answer), batch mean", xlabel="step")
     axes[1].set(title="correctness, batch mean (sampled)", xlabel="step")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
