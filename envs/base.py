@@ -1,6 +1,7 @@
 """The environment interface every task implements (single- or multi-turn), and verify-and-refine envs."""
-import importlib
 from dataclasses import dataclass, field
+
+from rl.dotted import load_dotted
 
 ENVS = {}
 RETRY_FEEDBACK = "That answer is not correct. Check your work and try again."
@@ -87,11 +88,7 @@ def env_class(name: str):
     if name in ENVS:
         return ENVS[name]
     if ":" in name:
-        module_name, _, attr = name.partition(":")
-        try:
-            cls = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as exc:
-            raise KeyError(f"--env {name!r}: cannot import {attr} from {module_name} ({exc})") from None
+        cls = load_dotted(name, "--env")
         if not (isinstance(cls, type) and issubclass(cls, Env)):
             raise KeyError(f"--env {name!r} is not a subclass of envs.base.Env")
         return cls

@@ -54,10 +54,10 @@ class RewardCaller:
 
     def _check(self, value):
         if isinstance(value, dict):
-            return {k: self._check_scalar(v, f"{self.name}/{k}") for k, v in value.items()}
-        return self._check_scalar(value, self.name)
+            return {k: self.check_scalar(v, f"{self.name}/{k}") for k, v in value.items()}
+        return self.check_scalar(value, self.name)
 
-    def _check_scalar(self, value, label):
+    def check_scalar(self, value, label):
         if value is None:  # abstention: kept as NaN and left out of that reward's statistics downstream
             return float("nan")
         try:

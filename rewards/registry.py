@@ -4,10 +4,9 @@
 function given as `package.module:function` with the signature fn(prompt, completion, sample) returning a float,
 a dict of named components, or None to abstain.
 """
-import importlib
-
 from rewards.format import FormatReward
 from rewards.length import LengthReward
+from rl.dotted import load_dotted
 
 CORRECTNESS = "correctness"
 BUILT_IN_REWARDS = {
@@ -21,11 +20,7 @@ def build_reward_fn(name: str, args):
     if name in BUILT_IN_REWARDS:
         return BUILT_IN_REWARDS[name](args)
     if ":" in name:
-        module_name, _, attr = name.partition(":")
-        try:
-            fn = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as exc:
-            raise KeyError(f"--reward_funcs {name}: cannot import {attr} from {module_name} ({exc})") from None
+        fn = load_dotted(name, "--reward_funcs")
         if not callable(fn):
             raise KeyError(f"--reward_funcs {name} is not callable")
         return fn

@@ -36,13 +36,13 @@ class Scorer:
         ok, result = self.verifier.run(env.step, text)
         if not ok:
             return StepResult(observation=[], score=0.0, done=True, info={"failed": True})
-        result.score = self.verifier._check_scalar(result.score, CORRECTNESS)
+        result.score = self.verifier.check_scalar(result.score, CORRECTNESS)
         return result
 
     def score_alternative(self, env, text: str):
         """The score `text` would get at env's current turn, or None (the env cannot say, or the call failed)."""
         ok, value = self.verifier.run(env.score_turn, text)
-        return self.verifier._check_scalar(value, CORRECTNESS) if ok else None
+        return self.verifier.check_scalar(value, CORRECTNESS) if ok else None
 
     def trajectory_score(self, turn_scores: torch.Tensor) -> torch.Tensor:
         """Tensor[N, T] -> Tensor[N]: the final turn's score, or the best turn's (--traj_score best)."""
