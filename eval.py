@@ -1,7 +1,12 @@
-"""Evaluate any HF checkpoint on its own: greedy accuracy with the env's verifier.
+"""Evaluate any HF causal LM (a credo export or any checkpoint) on its own: pass@k, best-turn pass@k, success by turn.
 
-    python eval.py --model_name_or_path output/run/final --env arith --num_samples 200
-    python eval.py --model_name_or_path MODEL --env math --data_path data/math500/test.jsonl
+    python eval.py --model_name_or_path output/run/final --env arith --limit 200                 # greedy accuracy
+    python eval.py --model_name_or_path MODEL --env math --data_path data/math500/test.jsonl --limit 50 \\
+        --n 8 --k 1,4,8 --max_turns 3 --temperature 0.6 --top_p 0.95 --max_new_tokens 512 --output_dir out/eval
+    python eval.py ... --compare out/eval_base/results.json                                      # side by side
+
+Writes OUTPUT_DIR/results.json ({"metrics", "config", "problems"}), OUTPUT_DIR/success_by_turn.png, and prints a
+markdown table. Metrics are fractions in [0, 1]; `--label L` also prints `L: X` with X = 100 x pass@1.
 """
 import argparse
 import json
@@ -9,77 +14,144 @@ import os
 import time
 
 import torch
+from tqdm import tqdm
 
-from envs import ENVS, env_class, make_env
+from envs import ENVS, env_class
 from rl.data import load_jsonl_rows
+from rl.episodes import run_episodes
+from rl.evaluation import aggregate, markdown_table
 from rl.models import DEFAULT_MODEL_DIR, load_tokenizer
-from rl.rollout import encode_prompts, eos_ids, response_mask_from_ids
 
 
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model_name_or_path", default=DEFAULT_MODEL_DIR, help="HF model folder (e.g. OUTPUT_DIR/final)")
     p.add_argument("--env", default="arith", help=f"environment whose verifier scores answers: {sorted(ENVS)} or module:Class")
     p.add_argument("--data_path", default=None, help="JSONL of eval rows; arith uses its held-out split when omitted")
     p.add_argument("--prompt_key", default="problem")
     p.add_argument("--answer_key", default="answer")
-    p.add_argument("--num_samples", type=int, default=200, help="rows evaluated (the first N)")
-    p.add_argument("--batch_size", type=int, default=50, help="prompts per generate call")
-    p.add_argument("--max_prompt_seq_len", type=int, default=256)
-    p.add_argument("--max_answer_seq_len", type=int, default=32, help="max new tokens (greedy)")
+    p.add_argument("--limit", "--num_samples", dest="limit", type=int, default=200, help="problems evaluated (the first N)")
+    p.add_argument("--n", type=int, default=1, help="samples per problem")
+    p.add_argument("--k", default="1", help="comma list of k for pass@k (each <= n)")
+    p.add_argument("--max_turns", type=int, default=1, help="verify-and-refine turns per sample")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top_p", type=float, default=1.0)
+    p.add_argument("--top_k", type=int, default=0)
+    p.add_argument("--max_new_tokens", "--max_answer_seq_len", dest="max_answer_seq_len", type=int, default=32,
+                   help="max new tokens per turn")
+    p.add_argument("--max_prompt_seq_len", type=int, default=1024)
+    p.add_argument("--batch_size", type=int, default=50, help="samples per generate call")
+    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
-    p.add_argument("--output_file", default=None, help="write the summary and every response as JSON here")
-    p.add_argument("--label", default="accuracy", help="printed as `<label>: X` (X = percent correct)")
+    p.add_argument("--output_dir", default=None, help="results.json and success_by_turn.png go here")
+    p.add_argument("--compare", default=None, help="another run's results.json to print side by side")
+    p.add_argument("--label", default=None, help="also print `<label>: X` with X = 100 x pass@1")
     return p
+
+
+def validate(args):
+    def bad(msg):
+        raise SystemExit(f"eval.py: error: {msg}")
+    args.ks = sorted({int(k) for k in args.k.split(",")})
+    if args.n < 1 or min(args.ks) < 1:
+        bad("--n and every --k must be >= 1")
+    if max(args.ks) > args.n:
+        bad(f"--k {max(args.ks)} is larger than --n {args.n}: pass@k needs at least k samples per problem")
+    if args.temperature == 0 and args.n > 1:
+        bad("--n > 1 with greedy decoding (--temperature 0) gives n identical samples; set --temperature")
+    if args.max_turns < 1:
+        bad("--max_turns must be >= 1")
+    if not os.path.exists(args.model_name_or_path):
+        bad(f"--model_name_or_path {args.model_name_or_path} does not exist")
+    if args.compare and not os.path.exists(args.compare):
+        bad(f"--compare {args.compare} does not exist")
+    try:
+        args.env_cls = env_class(args.env)
+    except KeyError as exc:
+        bad(exc.args[0])
 
 
 def eval_rows(args) -> list:
     if args.data_path:
         rows = load_jsonl_rows(args.data_path, (args.prompt_key, args.answer_key))
     else:
-        rows = env_class(args.env).dataset("eval", args.num_samples, 0)
+        rows = args.env_cls.dataset("eval", args.limit, 0)
         if rows is None:
             raise SystemExit(f"eval.py: error: --env {args.env} needs --data_path")
-    return rows[:args.num_samples]
+    return rows[:args.limit]
 
 
-@torch.no_grad()
-def greedy_accuracy(model, tokenizer, env, rows, args) -> dict:
-    eos = eos_ids(tokenizer, model)
-    records = []
-    for start in range(0, len(rows), args.batch_size):
-        chunk = rows[start:start + args.batch_size]
-        ids, mask = encode_prompts(tokenizer, [env.reset(r) for r in chunk], args.max_prompt_seq_len)
-        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=args.max_answer_seq_len,
-                             pad_token_id=tokenizer.pad_token_id, eos_token_id=eos)
-        resp = out[:, ids.shape[1]:]
-        resp = torch.where(response_mask_from_ids(resp, eos).bool(), resp, torch.full_like(resp, tokenizer.pad_token_id))
-        for row, text in zip(chunk, tokenizer.batch_decode(resp, skip_special_tokens=True)):
-            env.reset(row)
-            records.append({"prompt": row.get("prompt", row.get(args.prompt_key)), "answer": row.get(args.answer_key),
-                            "response": text, "score": env.step(text).score})
-    correct = sum(r["score"] >= 1.0 - 1e-6 for r in records)
-    return {"accuracy": 100.0 * correct / max(len(records), 1), "num_samples": len(records), "records": records}
+def evaluate(model, tokenizer, rows, args) -> list:
+    """Play n episodes per problem; return one record per problem with correct_by_turn and the responses."""
+    verifier = args.env_cls.make_verifier(answer_key=args.answer_key)
+    samples = [(p, row) for p, row in enumerate(rows) for _ in range(args.n)]
+    problems = [{"id": row.get("id", p), "answer": row.get(args.answer_key), "correct_by_turn": [], "responses": []}
+                for p, row in enumerate(rows)]
+    done = correct = 0
+    bar = tqdm(total=len(rows), desc="eval", dynamic_ncols=True, mininterval=2.0)
+    for start in range(0, len(samples), args.batch_size):
+        chunk = samples[start:start + args.batch_size]
+        envs = [args.env_cls(verifier=verifier, prompt_key=args.prompt_key, answer_key=args.answer_key,
+                             max_turns=args.max_turns) for _ in chunk]
+        batch = run_episodes(model, tokenizer, envs, [row for _, row in chunk], torch.tensor([p for p, _ in chunk]),
+                             lambda env, text: env.step(text), args, {})
+        for (p, _), scores, conversation in zip(chunk, batch.turn_scores.tolist(), batch.conversations):
+            taken = [s for s in scores if s == s]  # drop NaN (turns not taken)
+            problems[p]["correct_by_turn"].append([int(s >= 1.0 - 1e-6) for s in taken])
+            problems[p]["responses"].append([m["content"] for m in conversation if m["role"] == "assistant"])
+            if len(problems[p]["correct_by_turn"]) == args.n:
+                done += 1
+                correct += sum(s[-1] for s in problems[p]["correct_by_turn"] if s) / args.n
+                bar.update(1)
+                bar.set_postfix(pass1=f"{correct / done:.3f}")
+    bar.close()
+    return problems
+
+
+def plot_success_by_turn(metrics: dict, path: str):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    turns = sorted(int(k.split("/")[1]) for k in metrics if k.startswith("success_by_turn/"))
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.plot(turns, [metrics[f"success_by_turn/{t}"] for t in turns], marker="o")
+    ax.set(xlabel="turn", ylabel="solved by this turn", ylim=(0, 1), xticks=turns)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    if not os.path.exists(args.model_name_or_path):
-        raise SystemExit(f"eval.py: error: --model_name_or_path {args.model_name_or_path} does not exist")
+    validate(args)
     from transformers import AutoModelForCausalLM
 
+    torch.manual_seed(args.seed)
     tokenizer = load_tokenizer(args.model_name_or_path)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
     model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, dtype=dtype).eval()
-    env = make_env(args.env, prompt_key=args.prompt_key, answer_key=args.answer_key)
     t0 = time.perf_counter()
-    result = greedy_accuracy(model, tokenizer, env, eval_rows(args), args)
-    result.update(model=args.model_name_or_path, env=args.env, seconds=time.perf_counter() - t0)
-    if args.output_file:
-        os.makedirs(os.path.dirname(os.path.abspath(args.output_file)), exist_ok=True)
-        with open(args.output_file, "w") as f:
+    problems = evaluate(model, tokenizer, eval_rows(args), args)
+    metrics = aggregate(problems, args.ks, args.max_turns)
+    config = {k: v for k, v in vars(args).items() if k not in ("env_cls",)}
+    config["seconds"] = time.perf_counter() - t0
+    result = {"metrics": metrics, "config": config, "problems": problems}
+    other = None
+    if args.compare:
+        with open(args.compare) as f:
+            other = json.load(f)["metrics"]
+    print(markdown_table(metrics, other, names=(args.model_name_or_path, args.compare or "")))
+    if args.output_dir:
+        os.makedirs(args.output_dir, exist_ok=True)
+        with open(os.path.join(args.output_dir, "results.json"), "w") as f:
             json.dump(result, f, indent=1)
-    print(f"{args.label}: {result['accuracy']:.1f}", flush=True)
+        plot_success_by_turn(metrics, os.path.join(args.output_dir, "success_by_turn.png"))
+    if args.label:
+        print(f"{args.label}: {100 * metrics['pass@1']:.1f}", flush=True)
     return result
 
 

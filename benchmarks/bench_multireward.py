@@ -21,7 +21,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 from rl.metrics import read_metrics  # noqa: E402
 
-LENGTH_KEY = "reward/concise_answer/mean"  # over responses that gave a number (abstentions left out)
+LENGTH_KEY = "concise_answer/mean"  # reward/<name>/mean over responses that gave a number (abstentions left out)
 METHODS = {
     "grpo (summed)": ["--algo", "grpo"],
     "gdpo": ["--algo", "gdpo"],
@@ -53,18 +53,23 @@ def main():
             out = os.path.join(a.out, f"{method.split()[0]}_seed{seed}")
             os.makedirs(out, exist_ok=True)
             t0 = time.time()
-            run([deepspeed, "--num_gpus", "1", "--master_port", "29533", "train.py", *flags,
-                 "--reward_funcs", "correctness,benchmarks.rewards:concise_answer", "--dtype", a.dtype,
-                 "--max_steps", str(a.max_steps), "--seed", str(seed), "--resume", "none", "--output_dir", out],
-                os.path.join(out, "train.log"))
-            run([sys.executable, "eval.py", "--model_name_or_path", os.path.join(out, "final"), "--dtype", a.dtype,
-                 "--num_samples", str(a.eval_samples), "--batch_size", "100",
-                 "--output_file", os.path.join(out, "eval.json")], os.path.join(out, "eval.log"))
+            if not os.path.exists(os.path.join(out, "eval.json")):  # finished runs are reused when re-invoked
+                run([deepspeed, "--num_gpus", "1", "--master_port", "29533", "train.py", *flags,
+                     "--reward_funcs", "correctness,benchmarks.rewards:concise_answer", "--dtype", a.dtype,
+                     "--max_steps", str(a.max_steps), "--seed", str(seed), "--resume", "none", "--output_dir", out],
+                    os.path.join(out, "train.log"))
+            if not os.path.exists(os.path.join(out, "eval.json")):
+                run([sys.executable, "eval.py", "--model_name_or_path", os.path.join(out, "final"), "--dtype", a.dtype,
+                     "--limit", str(a.eval_samples), "--batch_size", "100", "--output_dir", out],
+                    os.path.join(out, "eval.log"))
+                os.rename(os.path.join(out, "results.json"), os.path.join(out, "eval.json"))
             rows = read_metrics(os.path.join(out, "metrics.jsonl"))
-            length = [r[LENGTH_KEY] for r in rows]
-            reached = next((r["step"] for r in rows if r[LENGTH_KEY] >= a.threshold), None)
+            key = next(k for k in rows[0] if k.endswith(LENGTH_KEY))
+            length = [r[key] for r in rows]
+            reached = next((r["step"] for r in rows if r[key] >= a.threshold), None)
             with open(os.path.join(out, "eval.json")) as f:
-                accuracy = json.load(f)["accuracy"]
+                result = json.load(f)
+            accuracy = 100 * result["metrics"]["pass@1"] if "metrics" in result else result["accuracy"]
             results.append({"method": method, "seed": seed, "steps_to_threshold": reached, "length_curve": length,
                             "correctness_curve": [r["reward/correctness/mean"] for r in rows],
                             "final_greedy_accuracy": accuracy, "minutes": (time.time() - t0) / 60})

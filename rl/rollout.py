@@ -69,10 +69,11 @@ def sample_turn(engine, tokenizer, contexts: list, args, timings: dict) -> list:
         t1 = time.perf_counter()
         was_training = model.training
         model.eval()
-        sequences = model.generate(
-            input_ids=ids, attention_mask=mask, do_sample=True, temperature=args.temperature, top_p=args.top_p,
-            top_k=args.top_k or None, max_new_tokens=args.max_answer_seq_len, pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=eos, use_cache=True)
+        # temperature 0 = greedy (evaluation); training always samples (--temperature > 0 is enforced)
+        sampling = dict(do_sample=True, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k or None) \
+            if args.temperature > 0 else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
+        sequences = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=args.max_answer_seq_len,
+                                   pad_token_id=tokenizer.pad_token_id, eos_token_id=eos, use_cache=True, **sampling)
         model.train(was_training)
         t2 = time.perf_counter()
     timings["gather"] = timings.get("gather", 0.0) + (t1 - t0) + (time.perf_counter() - t2)

@@ -21,7 +21,8 @@ class Scorer:
         self.env_cls = env_class(args.env)
         self.shared_verifier = self.env_cls.make_verifier(answer_key=args.answer_key)  # one for all episodes
         self.verifier = RewardCaller(None, name=CORRECTNESS)  # counts and guards every env.step
-        self.extra = [RewardCaller(build_reward_fn(name, args), name=name)
+        # a user function `pkg.module:fn` reports as `fn` (reward/fn/mean, ...)
+        self.extra = [RewardCaller(build_reward_fn(name, args), name=name.rpartition(":")[2])
                       for name in args.reward_funcs if name != CORRECTNESS]
         self.callers = [self.verifier, *self.extra]
         self.component_names = []  # reward components seen on any rank, in first-seen order

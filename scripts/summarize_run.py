@@ -18,11 +18,11 @@ def main(output_dir: str):
     print(f"steps: {len(rows)} ({seconds / len(rows):.1f} s per step)")
     print(f"success rate (sampled), first {len(first)} steps: {mean(first):.1f}%")
     print(f"success rate (sampled), last {len(last)} steps: {mean(last):.1f}%")
-    for label, name in (("initial accuracy", "eval_initial.json"), ("final accuracy", "eval_final.json")):
-        path = os.path.join(output_dir, name)
+    for label, name in (("initial accuracy", "eval_initial"), ("final accuracy", "eval_final")):
+        path = os.path.join(output_dir, name, "results.json")
         if os.path.exists(path):
             with open(path) as f:
-                print(f"{label}: {json.load(f)['accuracy']:.1f}")
+                print(f"{label}: {100 * json.load(f)['metrics']['pass@1']:.1f}")
 
 
 if __name__ == "__main__":

@@ -33,9 +33,9 @@ LOG="$OUTPUT/training.log"
 : > "$LOG"
 run() { echo "+ $*" | tee -a "$LOG"; "$@" 2>&1 | tee -a "$LOG"; }
 
-run python eval.py --model_name_or_path "$MODEL" --env arith --num_samples "$EVAL_SAMPLES" \
-    --max_answer_seq_len "$MAX_NEW_TOKENS" --dtype "$DTYPE" --batch_size 100 \
-    --output_file "$OUTPUT/eval_initial.json" --label "initial accuracy"
+run python eval.py --model_name_or_path "$MODEL" --env arith --limit "$EVAL_SAMPLES" \
+    --max_new_tokens "$MAX_NEW_TOKENS" --dtype "$DTYPE" --batch_size 100 \
+    --output_dir "$OUTPUT/eval_initial" --label "initial accuracy"
 
 run deepspeed --num_gpus "$NUM_RANKS" --master_port "$PORT" train.py \
     --algo grpo \
@@ -56,9 +56,9 @@ run deepspeed --num_gpus "$NUM_RANKS" --master_port "$PORT" train.py \
     --enable_tensorboard \
     "$@"
 
-run python eval.py --model_name_or_path "$OUTPUT/final" --env arith --num_samples "$EVAL_SAMPLES" \
-    --max_answer_seq_len "$MAX_NEW_TOKENS" --dtype "$DTYPE" --batch_size 100 \
-    --output_file "$OUTPUT/eval_final.json" --label "final accuracy"
+run python eval.py --model_name_or_path "$OUTPUT/final" --env arith --limit "$EVAL_SAMPLES" \
+    --max_new_tokens "$MAX_NEW_TOKENS" --dtype "$DTYPE" --batch_size 100 \
+    --output_dir "$OUTPUT/eval_final" --label "final accuracy"
 
 echo "== summary" | tee -a "$LOG"
 python scripts/summarize_run.py "$OUTPUT" | tee -a "$LOG"

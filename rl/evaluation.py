@@ -1,0 +1,57 @@
+"""Evaluation metrics over sampled (multi-turn) attempts: pass@k, best-turn pass@k, success by turn.
+
+Each problem has n samples; each sample has `correct_by_turn`, one 0/1 per turn it took. A sample's *final*
+correctness is its last turn's; its *best-turn* correctness is whether any turn was correct.
+"""
+from math import comb
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of one problem (Chen et al. 2021): 1 - C(n - c, k) / C(n, k)."""
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples per problem, got n = {n}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def aggregate(problems: list, ks: list, max_turns: int) -> dict:
+    """Metrics (fractions in [0, 1]) averaged over problems.
+
+    problems: [{"correct_by_turn": [[0, 1], [0, 0], ...]}, ...] with the same n for every problem.
+    """
+    if not problems:
+        raise ValueError("no problems to aggregate")
+    n = len(problems[0]["correct_by_turn"])
+    for k in ks:
+        if k > n:
+            raise ValueError(f"--k {k} is larger than --n {n}: pass@{k} needs at least {k} samples per problem")
+    metrics = {}
+    finals = [[int(bool(s) and s[-1] == 1) for s in p["correct_by_turn"]] for p in problems]
+    bests = [[int(any(s)) for s in p["correct_by_turn"]] for p in problems]
+    for k in ks:
+        metrics[f"pass@{k}"] = sum(pass_at_k(n, sum(f), k) for f in finals) / len(problems)
+        metrics[f"best_turn_pass@{k}"] = sum(pass_at_k(n, sum(b), k) for b in bests) / len(problems)
+    samples = [s for p in problems for s in p["correct_by_turn"]]
+    first_success = [next((t for t, ok in enumerate(s) if ok), None) for s in samples]
+    for k in range(max_turns):
+        metrics[f"success_by_turn/{k + 1}"] = sum(f is not None and f <= k for f in first_success) / len(samples)
+    solved = [f + 1 for f in first_success if f is not None]
+    metrics["avg_turns_to_success"] = sum(solved) / len(solved) if solved else float("nan")
+    metrics["success_rate"] = len(solved) / len(samples)
+    metrics[f"mean@{n}"] = sum(sum(f) for f in finals) / len(samples)
+    return metrics
+
+
+def markdown_table(metrics: dict, other: dict = None, names=("this run", "other")) -> str:
+    """Metrics as a markdown table; with `other`, side by side with the difference."""
+    if other is None:
+        rows = ["| metric | value |", "|---|---|"] + [f"| {k} | {v:.4f} |" for k, v in metrics.items()]
+    else:
+        rows = [f"| metric | {names[0]} | {names[1]} | difference |", "|---|---|---|---|"]
+        for k in list(dict.fromkeys([*metrics, *other])):
+            a, b = metrics.get(k), other.get(k)
+            diff = f"{a - b:+.4f}" if a is not None and b is not None else ""
+            fmt = lambda v: "" if v is None else f"{v:.4f}"  # noqa: E731
+            rows.append(f"| {k} | {fmt(a)} | {fmt(b)} | {diff} |")
+    return "\n".join(rows)

@@ -1,0 +1,41 @@
+"""eval.py end to end on a tiny model."""
+import json
+import os
+import subprocess
+import sys
+
+from tests.helpers import REPO_ROOT
+
+
+def run_eval(args):
+    return subprocess.run([sys.executable, "eval.py", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                          env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=REPO_ROOT), timeout=300)
+
+
+def test_multi_turn_sampled_eval_writes_a_valid_results_file(tiny_model_dir, tmp_path):
+    out = tmp_path / "eval"
+    proc = run_eval(["--model_name_or_path", tiny_model_dir, "--env", "tests.fixture_envs:DigitFractionEnv",
+                     "--limit", "5", "--n", "2", "--k", "1,2", "--max_turns", "2", "--temperature", "1.0",
+                     "--max_new_tokens", "6", "--output_dir", str(out), "--label", "acc"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((out / "results.json").read_text())
+    assert len(result["problems"]) == 5
+    for problem in result["problems"]:
+        assert len(problem["correct_by_turn"]) == 2
+        assert all(1 <= len(turns) <= 2 and set(turns) <= {0, 1} for turns in problem["correct_by_turn"])
+    for key in ("pass@1", "pass@2", "best_turn_pass@2", "success_by_turn/1", "success_by_turn/2", "success_rate",
+                "mean@2", "avg_turns_to_success"):
+        assert key in result["metrics"]
+    assert result["config"]["n"] == 2 and result["config"]["max_turns"] == 2
+    assert "| pass@1 |" in proc.stdout and "acc: " in proc.stdout
+    assert (out / "success_by_turn.png").exists() or "matplotlib" not in sys.modules
+
+    again = run_eval(["--model_name_or_path", tiny_model_dir, "--env", "arith", "--limit", "3",
+                      "--compare", str(out / "results.json")])
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "difference" in again.stdout
+
+
+def test_k_larger_than_n_is_refused(tiny_model_dir):
+    proc = run_eval(["--model_name_or_path", tiny_model_dir, "--n", "2", "--k", "1,4", "--temperature", "1"])
+    assert proc.returncode != 0 and "--k 4 is larger than --n 2" in proc.stderr
