@@ -1,0 +1,52 @@
+"""Every HumanEval and MBPP (sanitized) reference solution passes through the sandbox; a `pass` body fails."""
+import ast
+import json
+import os
+
+import pytest
+
+from rewards.code import run_many
+from tests.helpers import REPO_ROOT
+
+pytestmark = pytest.mark.slow
+# Some reference solutions are slow by design (mbpp-123 sums divisors up to 9999): a generous limit keeps a busy CI
+# machine from turning a correct solution into a timeout.
+
+
+def rows(path):
+    with open(os.path.join(REPO_ROOT, "data", path)) as f:
+        return [json.loads(line) for line in f]
+
+
+def humaneval_job(row, body):
+    return row["prompt"] + body, [row["test"] + f"\ncheck({row['entry_point']})"]
+
+
+def pass_bodies(code: str) -> str:
+    tree = ast.parse(code)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.body = [ast.Pass()]
+    return ast.unparse(tree)
+
+
+def mbpp_job(row, code):
+    return "\n".join(row["test_imports"]) + "\n" + code, row["test_list"]
+
+
+def test_humaneval_canonical_solutions_pass_and_pass_bodies_fail():
+    data = rows("humaneval/test.jsonl")
+    assert len(data) == 164
+    good = run_many([humaneval_job(r, r["canonical_solution"]) for r in data], workers=2, timeout_s=30)
+    assert [r["id"] for r, res in zip(data, good) if res.score != 1.0] == []
+    bad = run_many([humaneval_job(r, "    pass\n") for r in data], workers=2, timeout_s=30)
+    assert [r["id"] for r, res in zip(data, bad) if res.score != 0.0] == []
+
+
+def test_mbpp_reference_solutions_pass_and_pass_bodies_fail():
+    data = rows("mbpp/sanitized.jsonl")
+    assert len(data) == 427
+    good = run_many([mbpp_job(r, r["code"]) for r in data], workers=2, timeout_s=30)
+    assert [r["id"] for r, res in zip(data, good) if res.score != 1.0] == []
+    bad = run_many([mbpp_job(r, pass_bodies(r["code"])) for r in data], workers=2, timeout_s=30)
+    assert [r["id"] for r, res in zip(data, bad) if res.score == 1.0] == []

@@ -1,0 +1,122 @@
+"""The code sandbox against hostile programs: each ends as a failed result with a reason, within its limit,
+with this process alive, the repository unchanged and nothing left running."""
+import os
+import subprocess
+import time
+
+import psutil
+import pytest
+
+from rewards.code import execute, run_many, run_tests
+from tests.helpers import REPO_ROOT
+
+
+def repo_state():
+    out = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=REPO_ROOT, capture_output=True, text=True)
+    return out.stdout
+
+
+def sandbox_processes():
+    return [p for p in psutil.process_iter(["username", "cmdline"])
+            if p.info["username"] == "nobody" and any("main.py" in c for c in (p.info["cmdline"] or []))]
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind():
+    before = repo_state()
+    yield
+    time.sleep(0.2)
+    assert sandbox_processes() == []
+    assert repo_state() == before
+
+
+def test_a_correct_program_passes_and_a_wrong_one_gets_feedback():
+    ok = run_tests("def add(a, b):\n    return a + b\n", ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"])
+    assert (ok.passed, ok.total, ok.score, ok.status) == (2, 2, 1.0, "ok")
+    bad = run_tests("def add(a, b):\n    return a - b\n", ["assert add(1, 0) == 1", "assert add(1, 2) == 3"])
+    assert (bad.passed, bad.total, bad.score) == (1, 2, 0.5)
+    assert "assert add(1, 2) == 3" in bad.feedback and "AssertionError" in bad.feedback
+
+
+@pytest.mark.parametrize("code,status,limit_s", [
+    ("while True:\n    pass\n", "timeout", 6),
+    ("import time\ntime.sleep(10**6)\n", "timeout", 6),
+    ("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True:\n    time.sleep(1)\n", "timeout", 6),
+    ("x = bytearray(8 * 1024**3)\n", "memory", 5),
+    ("while True:\n    print('y' * 10000)\n", "output_limit", 5),
+    ("import sys\nsys.setrecursionlimit(10**6)\ndef f(n):\n    return f(n + 1)\nf(0)\n", None, 6),
+    ("def f(n):\n    return f(n + 1)\nf(0)\n", "error", 5),
+])
+def test_runaway_programs_end_with_a_reason_within_the_limit(code, status, limit_s):
+    start = time.perf_counter()
+    result = execute(code, timeout_s=2.0, memory_mb=512, max_output_bytes=100_000)
+    assert time.perf_counter() - start < limit_s
+    assert result.status != "ok"
+    if status is not None:
+        assert result.status == status, result
+    else:  # unbounded recursion either overflows the C stack (killed) or hits a limit
+        assert result.status in ("killed", "error", "memory", "timeout")
+
+
+def test_a_fork_bomb_is_contained():
+    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    start = time.perf_counter()
+    result = execute(code, timeout_s=2.0, max_processes=32)
+    assert result.status in ("timeout", "error", "killed")
+    assert time.perf_counter() - start < 15
+
+
+def test_a_child_that_outlives_the_program_is_killed():
+    code = ("import os, time, threading\n"
+            "if os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\n"
+            "threading.Thread(target=time.sleep, args=(60,), daemon=False).start()\n"
+            "print('parent done')\n")
+    result = execute(code, timeout_s=3.0)
+    assert "parent done" in result.stdout
+    # the autouse fixture checks that no sandbox process survives
+
+
+def test_files_outside_the_sandbox_cannot_be_written_or_deleted():
+    target = os.path.join(REPO_ROOT, "README.md")
+    code = (f"import os\nopen({target!r}, 'a').write('pwned')\n")
+    assert execute(code).status == "error"
+    assert "PermissionError" in execute(f"import os\nos.remove({target!r})\n").stderr
+    inside = execute("open('note.txt', 'w').write('ok')\nprint(open('note.txt').read())\n")
+    assert inside.status == "ok" and inside.stdout.strip() == "ok"  # its own directory is writable
+
+
+def test_the_parent_environment_is_not_visible():
+    os.environ["CREDO_TEST_SECRET"] = "hunter2"
+    try:
+        result = execute("import os\nprint(os.environ.get('CREDO_TEST_SECRET'))\n")
+    finally:
+        del os.environ["CREDO_TEST_SECRET"]
+    assert result.stdout.strip() == "None"
+
+
+def test_no_network_even_to_a_local_port():
+    import socket
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    try:
+        result = execute(f"import socket\ns = socket.socket()\ns.settimeout(2)\ns.connect(('127.0.0.1', {port}))\n"
+                         "print('connected')\n")
+    finally:
+        server.close()
+    assert result.status == "error" and "connected" not in result.stdout
+    assert "Network is unreachable" in result.stderr or "network access is disabled" in result.stderr
+
+
+def test_killing_the_parent_is_refused():
+    result = execute(f"import os, signal\nos.kill({os.getpid()}, signal.SIGKILL)\n")
+    assert result.status == "error" and "PermissionError" in result.stderr  # and we are still here
+
+
+def test_many_programs_run_in_parallel_and_come_back_in_order():
+    jobs = [(f"def f():\n    return {i}\n", [f"assert f() == {i}"]) for i in range(6)]
+    jobs[3] = ("def f():\n    while True: pass\n", ["assert f() == 3"])
+    results = run_many([(p, t) for p, t in jobs], workers=2)
+    assert [r.score for r in results] == [1.0, 1.0, 1.0, 0.0, 1.0, 1.0]
+    assert results[3].status == "timeout"
