@@ -126,7 +126,7 @@ def run(job: dict) -> dict:
     deadline = start + job["timeout_s"]
     status, wait_status, exited = None, None, False
     while not exited:
-        ready, _, _ = select.select([out_r, err_r], [], [], 0.05)
+        ready, _, _ = select.select([out_r, err_r], [], [], 0.005)
         for fd in ready:
             chunk = os.read(fd, 65536)
             buffers[fd] += chunk

@@ -1,0 +1,56 @@
+import json
+import os
+
+import pytest
+
+from envs import make_env
+from envs.code_env import extract_code
+from tests.helpers import REPO_ROOT
+
+
+def mbpp_row(task_id=2):
+    with open(os.path.join(REPO_ROOT, "data", "mbpp", "sanitized.jsonl")) as f:
+        return next(r for r in map(json.loads, f) if r["task_id"] == task_id)
+
+
+def test_extract_code_takes_the_last_fenced_block():
+    assert extract_code("x\n```python\na = 1\n```\ntext\n```python\nb = 2\n```") == "b = 2\n"
+    assert extract_code("```\nc = 3\n```") == "c = 3\n"
+    assert extract_code("```python\nunfinished = True") == "unfinished = True"
+    assert extract_code("no code") is None
+
+
+def test_code_env_scores_pass_rate_and_feeds_back_the_failing_test():
+    row = mbpp_row()
+    env = make_env("code", prompt_key="prompt", answer_key="test_list", max_turns=2)
+    messages = env.reset(row)
+    assert row["prompt"] in messages[0]["content"] and "```python" in messages[0]["content"]
+    wrong = env.step("```python\ndef similar_elements(a, b):\n    return ()\n```")
+    assert wrong.score == 0.0 and not wrong.done
+    feedback = wrong.observation[0]["content"]
+    assert "assert set(similar_elements" in feedback and "AssertionError" in feedback
+    right = env.step(f"```python\n{row['code']}\n```")
+    assert right.score == 1.0 and right.done
+
+
+def test_humaneval_rows_are_checked_with_their_entry_point():
+    with open(os.path.join(REPO_ROOT, "data", "humaneval", "test.jsonl")) as f:
+        row = json.loads(f.readline())
+    env = make_env("code", prompt_key="prompt", answer_key="test")
+    env.reset(row)
+    assert env.step(f"```python\n{row['prompt']}{row['canonical_solution']}\n```").score == 1.0
+    env.reset(row)
+    assert env.step("```python\ndef has_close_elements(numbers, threshold):\n    return False\n```").score == 0.0
+
+
+@pytest.mark.slow
+def test_code_env_trains_end_to_end(tiny_model_dir, tmp_path):
+    from rl.metrics import read_metrics
+    from tests.helpers import run_train
+    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path), "--env", "code",
+                      "--data_path", os.path.join(REPO_ROOT, "data", "mbpp", "sanitized.jsonl"),
+                      "--prompt_key", "prompt", "--answer_key", "test_list", "--max_turns", "2", "--max_steps", "2",
+                      "--num_generations", "2", "--per_device_generation_batch_size", "2", "--max_answer_seq_len", "8",
+                      "--max_prompt_seq_len", "512", "--no_final_export"], num_ranks=1)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(read_metrics(os.path.join(str(tmp_path), "metrics.jsonl"))) == 2
