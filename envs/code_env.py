@@ -28,7 +28,6 @@ class CodeVerifier:
 
     def __init__(self, timeout_s: float = 5.0, memory_mb: int = 1024):
         self.limits = {"timeout_s": timeout_s, "memory_mb": memory_mb}
-        self.last_feedback = ""
 
     @staticmethod
     def program_and_tests(code: str, sample: dict):

@@ -2,6 +2,7 @@
 import concurrent.futures
 import logging
 import math
+import threading
 from dataclasses import dataclass
 
 logger = logging.getLogger(__name__)
@@ -27,10 +28,19 @@ class RewardCaller:
     rewards.math.MathVerifier does.
     """
 
-    def __init__(self, fn, name: str, timeout_s: float = 10.0):
-        self.fn, self.name, self.timeout_s = fn, name, timeout_s
+    def __init__(self, fn, name: str, timeout_s: float = 10.0, workers: int = 1):
+        """workers > 1 lets that many calls run at once (callers on several threads, e.g. --code_workers)."""
+        self.fn, self.name, self.timeout_s, self.workers = fn, name, timeout_s, workers
         self.stats = RewardStats()
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"reward-{name}")
+        self._lock = threading.Lock()
+        self._pool = self._new_pool()
+
+    def _new_pool(self):
+        return concurrent.futures.ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=f"reward-{self.name}")
+
+    def _count(self, field: str):
+        with self._lock:
+            setattr(self.stats, field, getattr(self.stats, field) + 1)
 
     def __call__(self, prompt, completion, sample):
         ok, value = self.run(self.fn, prompt, completion, sample)
@@ -38,17 +48,18 @@ class RewardCaller:
 
     def run(self, fn, *args):
         """Call fn(*args) under this caller's timeout and counters. Returns (True, value) or (False, None)."""
-        self.stats.calls += 1
+        self._count("calls")
         future = self._pool.submit(fn, *args)
         try:
             return True, future.result(timeout=self.timeout_s)
         except concurrent.futures.TimeoutError:
-            self.stats.timeouts += 1
+            self._count("timeouts")
             logger.warning("reward %s timed out after %.1fs; scored 0", self.name, self.timeout_s)
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"reward-{self.name}")
+            with self._lock:  # the hung thread keeps its slot in the old pool; new calls get a fresh one
+                self._pool.shutdown(wait=False)
+                self._pool = self._new_pool()
         except Exception as exc:  # a reward bug must not kill a multi-hour run: count it and score 0
-            self.stats.errors += 1
+            self._count("errors")
             logger.warning("reward %s raised %s: %s; scored 0", self.name, type(exc).__name__, exc)
         return False, None
 
@@ -63,11 +74,11 @@ class RewardCaller:
         try:
             value = float(value)
         except (TypeError, ValueError):
-            self.stats.errors += 1
+            self._count("errors")
             logger.warning("reward %s returned %r, not a number; scored 0", label, value)
             return 0.0
         if not math.isfinite(value):
-            self.stats.errors += 1
+            self._count("errors")
             logger.warning("reward %s returned %r; scored 0", label, value)
             return 0.0
         return value

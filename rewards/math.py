@@ -11,6 +11,7 @@ import os
 import select
 import subprocess
 import sys
+import threading
 
 from rewards.base import RewardStats
 
@@ -26,12 +27,17 @@ class MathVerifier:
         self.answer_key, self.timeout_s = answer_key, timeout_s
         self.stats = RewardStats()
         self._proc = None
+        self._lock = threading.Lock()  # one worker process, one request at a time (env steps may be threaded)
 
     def __call__(self, prompt, completion, sample) -> float:
         return self.verify(str(sample[self.answer_key]), completion)
 
     def verify(self, gold: str, completion: str) -> float:
         """1.0 if `completion` (free text; its last \\boxed{} or expression) equals the gold answer (LaTeX)."""
+        with self._lock:
+            return self._verify(gold, completion)
+
+    def _verify(self, gold: str, completion: str) -> float:
         self.stats.calls += 1
         try:
             reply = self._request({"gold": gold, "completion": completion})

@@ -48,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--format_style", default="boxed", help="format reward: boxed, tags, or a regular expression")
     g.add_argument("--length_limit", type=int, default=20,
                    help="length reward: 1 when the reasoning part (before the final answer) has at most this many words")
+    g.add_argument("--code_workers", type=int, default=2,
+                   help="env steps (verifier calls, sandboxed programs) run in parallel per rank")
     g.add_argument("--final_norm", choices=("response", "token", "none"), default="response",
                    help="GDPO/DARA batch normalisation of the summed advantage (token = verl's masked whitening)")
     g.add_argument("--dara_variant", choices=("asym", "sym"), default="asym", help="DARA variant (paper's main: asym)")
@@ -161,6 +163,8 @@ def validate(args) -> None:
                 bad(f"--{flag} {value}: expected comma-separated numbers")
     if args.dara_w_max < 1:
         bad(f"--dara_w_max must be >= 1, got {args.dara_w_max}")
+    if args.code_workers < 1:
+        bad(f"--code_workers must be >= 1, got {args.code_workers}")
     if args.max_turns < 1:
         bad(f"--max_turns must be >= 1, got {args.max_turns}")
     if args.algo in TURN_LEVEL_ALGOS and args.max_turns < 2:

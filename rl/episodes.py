@@ -7,6 +7,7 @@ chat template's rendering of the env's messages that follows them. Convention, t
 tests/test_episodes.py: decoding the whole sequence gives the chat-template text of the whole conversation.
 """
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -58,14 +59,15 @@ def run_episodes(engine, tokenizer, envs: list, samples: list, group_ids: torch.
             break
         contexts = [prompts[i] + [t for seg, _ in segments[i] for t in seg] for i in live]
         outputs = sample_turn(engine, tokenizer, contexts, args, timings)
+        texts = [tokenizer.decode([t for t in tokens if t not in eos]) for tokens in outputs]
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=max(1, getattr(args, "code_workers", 1))) as pool:
+            results = list(pool.map(step_fn, [envs[i] for i in live], texts))  # envs are independent
+        reward_time += time.perf_counter() - t0
         still_live = []
-        for i, tokens in zip(live, outputs):
+        for i, tokens, text, result in zip(live, outputs, texts, results):
             segments[i].append((tokens, turn))
-            text = tokenizer.decode([t for t in tokens if t not in eos])
             completions[i] = text
-            t0 = time.perf_counter()
-            result = step_fn(envs[i], text)
-            reward_time += time.perf_counter() - t0
             turn_scores[i, turn] = result.score
             conversations[i] = conversations[i] + [{"role": "assistant", "content": text}]
             if result.done or turn == max_turns - 1:

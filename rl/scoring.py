@@ -20,7 +20,8 @@ class Scorer:
         self.args = args
         self.env_cls = env_class(args.env)
         self.shared_verifier = self.env_cls.make_verifier(answer_key=args.answer_key)  # one for all episodes
-        self.verifier = RewardCaller(None, name=CORRECTNESS)  # counts and guards every env.step
+        # counts and guards every env.step; --code_workers steps may run at once (sandboxed programs, slow verifiers)
+        self.verifier = RewardCaller(None, name=CORRECTNESS, workers=args.code_workers)
         # a user function `pkg.module:fn` reports as `fn` (reward/fn/mean, ...)
         self.extra = [RewardCaller(build_reward_fn(name, args), name=name.rpartition(":")[2])
                       for name in args.reward_funcs if name != CORRECTNESS]
