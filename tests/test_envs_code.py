@@ -44,10 +44,12 @@ def test_humaneval_rows_are_checked_with_their_entry_point():
 
 
 @pytest.mark.slow
-def test_code_env_trains_end_to_end(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("algo", ["grpo", "tcpo"])
+def test_code_env_trains_end_to_end(algo, tiny_model_dir, tmp_path):
     from rl.metrics import read_metrics
     from tests.helpers import run_train
-    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path), "--env", "code",
+    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path), "--algo", algo,
+                      "--env", "code",
                       "--data_path", os.path.join(REPO_ROOT, "data", "mbpp", "sanitized.jsonl"),
                       "--prompt_key", "prompt", "--answer_key", "test_list", "--max_turns", "2", "--max_steps", "2",
                       "--num_generations", "2", "--per_device_generation_batch_size", "2", "--max_answer_seq_len", "8",
