@@ -4,9 +4,10 @@ What is enforced (tests/test_rewards_code.py shows each): wall timeout and CPU-t
 process limit; file-size limit; capped output; a private temporary working directory removed afterwards; a
 scrubbed environment; no network (a fresh network namespace; where the kernel refuses one, socket creation is
 refused inside the interpreter instead); the whole process tree, setsid() escapees included, killed afterwards.
-Run as root (as here), the program runs as `nobody`, so it cannot write the repository or signal the trainer.
-Not enforced: world-writable places such as /tmp stay writable; a program can read world-readable files; and the
-tests run in the program's own process, so a program written to fake test results could.
+Run as root (as here), the program runs as `nobody`, so it cannot write the repository or signal the trainer,
+and it gets private, empty /tmp, /var/tmp and /dev/shm (a mount namespace) that vanish with it. Not enforced: a
+program can read world-readable files; without root the user, mount and network isolation degrade as noted in
+sandbox_runner.py; and the tests run in the program's own process, so a program written to fake results could.
 """
 import json
 import os
@@ -20,6 +21,10 @@ from dataclasses import dataclass
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STATUSES = ("ok", "error", "timeout", "memory", "output_limit", "killed")
 NOBODY = 65534
+# Working directories live outside /tmp (the program gets a private /tmp) in a place `nobody` can reach whatever
+# the permissions of the checkout's parents: /run when root, else the usual temporary directory.
+SANDBOX_ROOT = "/run/credo-sandbox" if os.getuid() == 0 and os.path.isdir("/run") else \
+    os.path.join(tempfile.gettempdir(), "credo-sandbox")
 
 
 @dataclass
@@ -34,7 +39,8 @@ class ExecResult:
 def execute(code: str, *, stdin: str = "", timeout_s: float = 5.0, memory_mb: int = 1024,
             max_output_bytes: int = 65536, max_processes: int = 64, max_file_mb: int = 16) -> ExecResult:
     """Run `code` as a Python program in the sandbox and return how it ended."""
-    workdir = tempfile.mkdtemp(prefix="credo-sandbox-")
+    os.makedirs(SANDBOX_ROOT, mode=0o711, exist_ok=True)  # not under /tmp: the program gets a private /tmp
+    workdir = tempfile.mkdtemp(prefix="run-", dir=SANDBOX_ROOT)
     try:
         with open(os.path.join(workdir, "main.py"), "w") as f:
             f.write(code)

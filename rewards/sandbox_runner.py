@@ -21,6 +21,9 @@ import time
 
 PR_SET_CHILD_SUBREAPER = 36
 CLONE_NEWNET = 0x40000000
+CLONE_NEWNS = 0x00020000
+MS_REC, MS_PRIVATE = 0x4000, 1 << 18
+PRIVATE_TMP_DIRS = (b"/tmp", b"/var/tmp", b"/dev/shm")
 NOBODY = 65534
 SAFE_ENV_KEYS = ("LANG", "LC_ALL")
 
@@ -34,6 +37,7 @@ def _child(job: dict, out_w: int, err_w: int, in_r: int):
         python = sandbox_python()  # chosen while still privileged: it depends on who will run it
         libc = ctypes.CDLL(None, use_errno=True)
         network_isolated = libc.unshare(CLONE_NEWNET) == 0
+        _private_tmp(libc)
         mb = 1024 * 1024
         limits = {resource.RLIMIT_CPU: int(job["timeout_s"]) + 1, resource.RLIMIT_AS: job["memory_mb"] * mb,
                   resource.RLIMIT_FSIZE: job["max_file_mb"] * mb, resource.RLIMIT_NOFILE: 64, resource.RLIMIT_CORE: 0,
@@ -58,6 +62,19 @@ def _child(job: dict, out_w: int, err_w: int, in_r: int):
         os.write(2, f"sandbox setup failed: {type(exc).__name__}: {exc}\n".encode())
     finally:
         os._exit(127)
+
+
+def _private_tmp(libc):
+    """A mount namespace with fresh, empty tmpfs on the world-writable directories: what the program writes there
+    vanishes with it. Best effort: without the privilege the program shares them (documented in rewards/code.py)."""
+    if libc.unshare(CLONE_NEWNS) != 0:
+        return False
+    if libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        return False
+    for path in PRIVATE_TMP_DIRS:
+        if os.path.isdir(path):
+            libc.mount(b"tmpfs", path, b"tmpfs", 0, b"size=64m,mode=1777")
+    return True
 
 
 def _world_executable(path: str) -> bool:

@@ -83,6 +83,9 @@ def test_files_outside_the_sandbox_cannot_be_written_or_deleted():
     assert "PermissionError" in execute(f"import os\nos.remove({target!r})\n").stderr
     inside = execute("open('note.txt', 'w').write('ok')\nprint(open('note.txt').read())\n")
     assert inside.status == "ok" and inside.stdout.strip() == "ok"  # its own directory is writable
+    marker = "/tmp/credo-sandbox-escape-test"
+    scratch = execute(f"open({marker!r}, 'w').write('x')\nprint('wrote')\n")
+    assert scratch.stdout.strip() == "wrote" and not os.path.exists(marker)  # a private /tmp, gone with it
 
 
 def test_the_parent_environment_is_not_visible():
