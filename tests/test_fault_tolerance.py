@@ -10,8 +10,8 @@ import torch
 
 from rl.checkpoint import latest_checkpoint
 from rl.metrics import read_metrics
-from tests.helpers import REPO_ROOT, free_port, run_train
-from tests.test_train_deepspeed import TINY_RUN, assert_ok, load_params
+from tests.helpers import REPO_ROOT, run_train
+from tests.test_train_deepspeed import TINY_RUN, assert_ok
 
 pytestmark = pytest.mark.slow
 

@@ -1,5 +1,4 @@
 """Real `deepspeed` launcher runs of train.py on a tiny random Llama (CPU, gloo)."""
-import json
 import math
 import os
 
