@@ -17,6 +17,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+from rl.evaluation import aggregate  # noqa: E402
 from rl.metrics import read_metrics  # noqa: E402
 
 METHODS = {
@@ -36,6 +37,12 @@ def run(cmd, log):
 def evaluate(model, out, a):
     """eval.py on held-out arith with the benchmark's multi-turn settings; cached in OUT/eval.json."""
     path = os.path.join(out, "eval.json")
+    if os.path.exists(path):  # a cached eval of at least as many prompts: its first eval_prompts problems
+        with open(path) as f:
+            cached = json.load(f)
+        if len(cached["problems"]) > a.eval_prompts:
+            ks = [int(k) for k in a.eval_k.split(",")]
+            return aggregate(cached["problems"][:a.eval_prompts], ks, a.max_turns)
     if not os.path.exists(path):
         os.makedirs(out, exist_ok=True)
         run([sys.executable, "eval.py", "--model_name_or_path", model, "--env", "arith", "--dtype", a.dtype,
@@ -80,7 +87,7 @@ def main():
                 "success_curve": [r[f"success_by_turn/{a.max_turns}"] for r in rows],
                 "first_turn_curve": [r["success_by_turn/1"] for r in rows],
                 "step_seconds": sum(r["time/step"] for r in rows) / len(rows),
-                "cf_time_share": (sum(r.get("tcpo/cf_time_share", 0.0) for r in rows) / len(rows)),
+                "cf_time_share": (sum(r.get("time_share/counterfactual", 0.0) for r in rows) / len(rows)),
                 "minutes": (time.time() - t0) / 60})
             print(f"{method:18s} seed {seed}: best_turn_pass@1 {metrics['best_turn_pass@1']:.3f} "
                   f"avg turns {metrics['avg_turns_to_success']:.2f}", flush=True)
