@@ -87,7 +87,7 @@ def main():
                 "success_curve": [r[f"success_by_turn/{a.max_turns}"] for r in rows],
                 "first_turn_curve": [r["success_by_turn/1"] for r in rows],
                 "step_seconds": sum(r["time/step"] for r in rows) / len(rows),
-                "cf_time_share": (sum(r.get("time_share/counterfactual", 0.0) for r in rows) / len(rows)),
+                "cf_time_share": sum(r.get("time/counterfactual", 0.0) / r["time/step"] for r in rows) / len(rows),
                 "minutes": (time.time() - t0) / 60})
             print(f"{method:18s} seed {seed}: best_turn_pass@1 {metrics['best_turn_pass@1']:.3f} "
                   f"avg turns {metrics['avg_turns_to_success']:.2f}", flush=True)
