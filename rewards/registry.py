@@ -5,13 +5,14 @@ function given as `package.module:function` with the signature fn(prompt, comple
 a dict of named components, or None to abstain.
 """
 from rewards.format import FormatReward
-from rewards.length import LengthReward
+from rewards.length import LengthReward, LinearLengthReward
 from rl.dotted import load_dotted
 
 CORRECTNESS = "correctness"
 BUILT_IN_REWARDS = {
     "format": lambda args: FormatReward(args.format_style),
     "length": lambda args: LengthReward(args.length_limit),
+    "length_linear": lambda args: LinearLengthReward(args.len_min, args.len_max),
 }
 
 

@@ -9,9 +9,9 @@ from rl.loss import KL_TYPES, LOSS_AGG_MODES
 from rl.models import DEFAULT_MODEL_DIR
 
 ALGOS = ("grpo", "gdpo", "dara", "maestro", "tcpo", "mt_grpo")
-BUILT_ALGOS = ("grpo", "gdpo", "dara", "tcpo", "mt_grpo")
 MULTI_REWARD_ALGOS = ("gdpo", "dara")
-TURN_LEVEL_ALGOS = ("tcpo", "mt_grpo")  # the others have their own issues; asking for one exits with a clear message
+TURN_LEVEL_ALGOS = ("tcpo", "mt_grpo")
+MAESTRO_REWARDS = ("fmt", "ppl", "ent", "len", "pref", "correctness")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,6 +78,22 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--tcpo_no_retro", action="store_true", help="TCPO ablation: drop the retrospective term")
     g.add_argument("--tcpo_no_hind", action="store_true", help="TCPO ablation: drop the hindsight/counterfactual term")
 
+    g = p.add_argument_group("MAESTRO (a Conductor mixes open-domain rewards per response)")
+    g.add_argument("--maestro_rewards", default="fmt,ppl,ent,len,pref",
+                   help=f"rewards the Conductor chooses between, from {','.join(MAESTRO_REWARDS)} (paper: the first five)")
+    g.add_argument("--maestro_weights", choices=("conductor", "equal", "random"), default="conductor",
+                   help="who picks each response's reward emphasis (equal / random are the ablations)")
+    g.add_argument("--maestro_emphasis", type=float, default=0.5,
+                   help="eta: w(a) = (1 - eta) / K + eta * onehot(a) (paper: 0.5; 1.0 = pure emphasis)")
+    g.add_argument("--maestro_update_interval", type=int, default=3, help="steps between Conductor REINFORCE updates")
+    g.add_argument("--maestro_lr", type=float, default=5e-5, help="Conductor AdamW learning rate (paper: 5e-5)")
+    g.add_argument("--maestro_entropy_coef", type=float, default=1e-3, help="Conductor entropy bonus (paper: 1e-3)")
+    g.add_argument("--maestro_tau_init", type=float, default=1.0, help="initial (learned) Conductor temperature")
+    g.add_argument("--len_min", type=int, default=16, help="len reward: 1 at or below this many response tokens")
+    g.add_argument("--len_max", type=int, default=64, help="len reward: falls linearly to 0 at this many tokens")
+    g.add_argument("--reward_model_name_or_path", default=None,
+                   help="sequence-classification reward model for the pref reward (skipped with a warning when unset)")
+
     g = p.add_argument_group("optimisation")
     g.add_argument("--actor_learning_rate", type=float, default=2e-5, help="AdamW learning rate")
     g.add_argument("--actor_weight_decay", type=float, default=0.0, help="AdamW weight decay")
@@ -137,8 +153,6 @@ def validate(args) -> None:
     def bad(msg):
         raise SystemExit(f"train.py: error: {msg}")
 
-    if args.algo not in BUILT_ALGOS:
-        bad(f"--algo {args.algo} is not built yet (built: {', '.join(BUILT_ALGOS)}); see the open issues")
     args.reward_funcs = [name.strip() for name in args.reward_funcs.split(",") if name.strip()]
     if not args.reward_funcs:
         bad("--reward_funcs is empty")
@@ -161,6 +175,7 @@ def validate(args) -> None:
                 setattr(args, flag, [float(x) for x in value.split(",")])
             except ValueError:
                 bad(f"--{flag} {value}: expected comma-separated numbers")
+    validate_maestro(args, bad)
     if args.dara_w_max < 1:
         bad(f"--dara_w_max must be >= 1, got {args.dara_w_max}")
     if args.code_workers < 1:
@@ -221,6 +236,34 @@ def validate(args) -> None:
         bad(f"--model_name_or_path {args.model_name_or_path} does not exist{hint}")
     if args.tensorboard_path is None:
         args.tensorboard_path = os.path.join(args.output_dir, "tensorboard")
+
+
+def validate_maestro(args, bad):
+    if not 0 <= args.len_min < args.len_max:
+        bad(f"--len_min {args.len_min} / --len_max {args.len_max}: need 0 <= len_min < len_max")
+    if args.algo != "maestro":
+        return
+    args.maestro_rewards = [n.strip() for n in args.maestro_rewards.split(",") if n.strip()]
+    unknown = [n for n in args.maestro_rewards if n not in MAESTRO_REWARDS]
+    if unknown:
+        bad(f"--maestro_rewards: unknown reward(s) {','.join(unknown)}; choose from {','.join(MAESTRO_REWARDS)}")
+    if len(set(args.maestro_rewards)) != len(args.maestro_rewards):
+        bad(f"--maestro_rewards lists a reward twice: {','.join(args.maestro_rewards)}")
+    if len([n for n in args.maestro_rewards if n != "pref" or args.reward_model_name_or_path]) < 2:
+        bad("--maestro_rewards needs at least two rewards to orchestrate (pref counts only with "
+            "--reward_model_name_or_path)")
+    if args.max_turns != 1:
+        bad("--algo maestro scores single responses; use --max_turns 1")
+    if args.reward_funcs != ["correctness"] or args.reward_weights is not None:
+        bad("--algo maestro mixes --maestro_rewards with the Conductor's weights; drop --reward_funcs / "
+            "--reward_weights (add `correctness` to --maestro_rewards to mix in the verifier)")
+    if not 0 <= args.maestro_emphasis <= 1:
+        bad(f"--maestro_emphasis must be in [0, 1], got {args.maestro_emphasis}")
+    if args.maestro_update_interval < 1 or args.maestro_tau_init <= 0:
+        bad("--maestro_update_interval must be >= 1 and --maestro_tau_init > 0")
+    path = args.reward_model_name_or_path
+    if path and (os.path.sep in path or path.startswith(".")) and not os.path.exists(path):
+        bad(f"--reward_model_name_or_path {path} does not exist")
 
 
 def parse_args(argv=None):

@@ -6,14 +6,13 @@ import random
 import signal
 import time
 
-import deepspeed
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from rl import dist
 from rl.advantages import AdvantageInputs, compute_advantages
-from rl.advantages.registry import ROLLOUT_HOOKS
+from rl.advantages.registry import build_step_hooks
 from rl.checkpoint import (checkpoint_root, export_hf, load_checkpoint, resolve_resume, rng_state, save_checkpoint,
                            set_rng_state)
 from rl.data import PromptStream, training_rows
@@ -25,6 +24,7 @@ from rl.episodes import run_episodes
 from rl.rollout import response_logprobs
 from rl.errors import RewardFailure, TrainingAborted
 from rl.scoring import Scorer
+import rl.maestro  # noqa: F401  (registers MAESTRO's step hooks)
 
 logger = logging.getLogger(__name__)
 # Fault injection for the tests of the non-finite-step guard: a comma list of steps whose loss is made NaN.
@@ -48,7 +48,7 @@ class Trainer:
         self.args = args
         set_cpu_threads()
         _default_single_process_env()
-        deepspeed.init_distributed()
+        dist.init_distributed()
         self.rank, self.world = dist.rank(), dist.world_size()
         random.seed(args.seed + self.rank)
         np.random.seed(args.seed + self.rank)
@@ -61,6 +61,7 @@ class Trainer:
         self.steps = min(args.test_stop_step, args.max_steps) if args.enable_test_mode else args.max_steps
         self.actor = build_actor(args, self.world, args.max_steps)
         self.reference = build_reference(args, self.world)
+        self.hooks = build_step_hooks(args.algo, self)  # a method's extra work around the advantages, and its state
         self.step = 0
         self.counters = {"bad_steps_total": 0, "bad_steps_in_row": 0}
         self.stop_signal = None
@@ -81,6 +82,7 @@ class Trainer:
         self.data.load_state_dict(state["data"])
         self.counters.update(state["counters"])
         self.scorer.load_state_dict(state["scorer"])
+        self.hooks.load_state_dict(state.get("method", {}))
         if self.rank == 0:
             print(f"resumed from {os.path.join(root, tag)} at step {self.step}", flush=True)
 
@@ -88,6 +90,7 @@ class Trainer:
         self.data.load_state_dict(state["data"])
         self.counters.update(state["counters"])
         self.scorer.load_state_dict(state["scorer"])
+        self.hooks.load_state_dict(state["method"])
         set_rng_state(rng)
 
     # --- one step -------------------------------------------------------------------------------------------
@@ -108,7 +111,7 @@ class Trainer:
         self.scorer.check_failures(self.step + 1)
         return batch
 
-    def advantages(self, batch):
+    def advantages(self, batch, timings):
         """Batch-global advantages: every rank's scores are gathered, so group and batch statistics are exact
         whatever the placement of groups on ranks; each rank keeps its own slice."""
         lengths = batch.response_mask.sum(-1)
@@ -118,8 +121,10 @@ class Trainer:
                                  correctness=dist.all_gather_cat(batch.correctness),
                                  turn_scores=dist.all_gather_cat(batch.turn_scores),
                                  counterfactual=None if batch.counterfactual is None
-                                 else dist.all_gather_cat(batch.counterfactual))
+                                 else dist.all_gather_cat(batch.counterfactual),
+                                 actions=None if batch.actions is None else dist.all_gather_cat(batch.actions))
         adv, method_metrics = compute_advantages(self.args.algo, inputs, self.args)
+        method_metrics.update(self.hooks.after_advantages(inputs, adv, timings))
         n = len(batch)
         batch.advantages = adv[self.rank * n:(self.rank + 1) * n].to(self.actor.device)
         return batch, inputs, method_metrics
@@ -229,8 +234,8 @@ class Trainer:
         t0 = time.perf_counter()
         batch = self.rollout(timings)
         batch = self.score(batch, timings)
-        hook_metrics = ROLLOUT_HOOKS[self.args.algo](self, batch, timings) if self.args.algo in ROLLOUT_HOOKS else {}
-        batch, inputs, method_metrics = self.advantages(batch)
+        hook_metrics = self.hooks.after_score(batch, timings)
+        batch, inputs, method_metrics = self.advantages(batch, timings)
         method_metrics.update(hook_metrics)
         metrics = self.scorer.metrics(inputs)
         metrics["response_length/mean"] = inputs.lengths.float().mean().item()
@@ -242,8 +247,9 @@ class Trainer:
         slowest = dist.all_reduce(torch.tensor([timings[k] for k in sorted(timings)], dtype=torch.float64), op="max")
         for i, k in enumerate(sorted(timings)):
             metrics[f"time/{k}"] = slowest[i].item()
-        if "time/counterfactual" in metrics:
-            metrics["tcpo/cf_time_share"] = metrics["time/counterfactual"] / max(metrics["time/step"], 1e-9)
+        for k in timings:  # e.g. time_share/counterfactual (TCPO), time_share/conductor (MAESTRO)
+            if k != "step":
+                metrics[f"time_share/{k}"] = metrics[f"time/{k}"] / max(metrics["time/step"], 1e-9)
         generated = inputs.lengths.sum().item()
         metrics["throughput/generated_tokens_per_s"] = generated / max(metrics["time/generate"], 1e-9)
         metrics["throughput/tokens_per_s"] = generated / max(metrics["time/step"], 1e-9)
@@ -253,7 +259,7 @@ class Trainer:
     def trainer_state(self) -> dict:
         """Everything besides the engine that carries across steps (restored exactly by --resume)."""
         return {"step": self.step, "data": self.data.state_dict(), "counters": dict(self.counters),
-                "scorer": self.scorer.state_dict()}
+                "scorer": self.scorer.state_dict(), "method": self.hooks.state_dict()}
 
     def save(self):
         save_checkpoint(self.actor, self.args.output_dir, self.step, self.trainer_state(), self.args.save_total_limit)

@@ -24,6 +24,7 @@ class Rollout:
     envs: list = None              # the N env instances of the episodes (their state at the end)
     conversations: list = None     # the N whole conversations as chat messages
     counterfactual: torch.Tensor = None  # Tensor[N, T] TCPO fixed-history counterfactuals, NaN where none
+    actions: torch.Tensor = None   # Tensor[N] long MAESTRO Conductor emphasis actions (None = equal weights)
     prompts: list = None           # N prompt texts given to reward functions
     scores: torch.Tensor = None    # Tensor[N] float, the scalar reward of each response (weighted components)
     correctness: torch.Tensor = None  # Tensor[N] float, the env verifier's score (success = full marks)

@@ -52,12 +52,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_train(args: list, num_ranks: int = 1, timeout: int = 600, launcher: bool = True):
+def run_train(args: list, num_ranks: int = 1, timeout: int = 600, launcher: bool = True, port: int = None):
     """Run train.py under the real `deepspeed` launcher (or plain python with launcher=False)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=REPO_ROOT, TOKENIZERS_PARALLELISM="false")
     if launcher:
         cmd = [os.path.join(os.path.dirname(sys.executable), "deepspeed"), "--num_gpus", str(num_ranks),
-               "--master_port", str(free_port()), "train.py", *args]
+               "--master_port", str(port or free_port()), "train.py", *args]
     else:
         cmd = [sys.executable, "train.py", *args]
     return subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)

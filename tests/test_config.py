@@ -28,10 +28,19 @@ def _refused(argv, capsys):
     return str(exc.value) + capsys.readouterr().err
 
 
-@pytest.mark.parametrize("algo", ["maestro"])
-def test_unbuilt_method_exits_with_a_clear_message(algo, tiny_model_dir, capsys):
-    msg = _refused(["--algo", algo, "--model_name_or_path", tiny_model_dir], capsys)
-    assert f"--algo {algo} is not built yet" in msg
+@pytest.mark.parametrize("argv,fragment", [
+    (["--maestro_rewards", "fmt,vibes"], "unknown reward(s) vibes"),
+    (["--maestro_rewards", "fmt,fmt"], "lists a reward twice"),
+    (["--maestro_rewards", "fmt,pref"], "at least two rewards"),
+    (["--max_turns", "2"], "--max_turns 1"),
+    (["--reward_funcs", "correctness,length"], "drop --reward_funcs"),
+    (["--maestro_emphasis", "1.5"], "--maestro_emphasis"),
+    (["--len_min", "50", "--len_max", "20"], "--len_min 50"),
+    (["--reward_model_name_or_path", "./no/such/rm"], "does not exist"),
+])
+def test_bad_maestro_flags_are_refused(argv, fragment, tiny_model_dir, capsys):
+    msg = _refused(["--algo", "maestro", "--env", "mixed", "--model_name_or_path", tiny_model_dir, *argv], capsys)
+    assert fragment in msg
 
 
 @pytest.mark.parametrize("argv,fragment", [

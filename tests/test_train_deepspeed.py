@@ -1,4 +1,5 @@
 """Real `deepspeed` launcher runs of train.py on a tiny random Llama (CPU, gloo)."""
+import glob
 import math
 import os
 
@@ -6,7 +7,7 @@ import pytest
 import torch
 
 from rl.metrics import read_metrics
-from tests.helpers import run_train
+from tests.helpers import free_port, run_train
 
 pytestmark = pytest.mark.slow
 
@@ -27,15 +28,22 @@ def assert_ok(proc):
 @pytest.fixture(scope="module")
 def zero3_two_rank_run(tiny_model_dir, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("zero3_2rank"))
+    port = free_port()
     proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--actor_zero_stage", "3",
                       "--enable_test_mode", "--test_stop_step", "3", "--beta", "0.05", "--enable_tensorboard",
-                      *TINY_RUN], num_ranks=2)
+                      *TINY_RUN], num_ranks=2, port=port)
     assert_ok(proc)
-    return out, proc
+    return out, proc, port
+
+
+def test_no_shared_memory_is_left_behind(zero3_two_rank_run):
+    """DeepSpeed's CPU comm buffers (69 MB per rank in /dev/shm) are released when the run ends."""
+    port = zero3_two_rank_run[2]
+    assert glob.glob(f"/dev/shm/deepspeed_allreduce_buffer_*_{port}_*") == []
 
 
 def test_two_rank_zero3_run_changes_parameters_and_keeps_them_finite(zero3_two_rank_run, tiny_model_dir):
-    out, _ = zero3_two_rank_run
+    out = zero3_two_rank_run[0]
     before, after = load_params(tiny_model_dir), load_params(os.path.join(out, "final"))
     assert before.keys() == after.keys()
     assert all(torch.isfinite(v).all() for v in after.values())
@@ -44,7 +52,7 @@ def test_two_rank_zero3_run_changes_parameters_and_keeps_them_finite(zero3_two_r
 
 
 def test_metrics_are_logged_every_step_with_the_promised_names(zero3_two_rank_run):
-    out, proc = zero3_two_rank_run
+    out, proc = zero3_two_rank_run[:2]
     rows = read_metrics(os.path.join(out, "metrics.jsonl"))
     assert [r["step"] for r in rows] == [1, 2, 3]
     for key in ("reward/mean", "reward/std", "success_rate", "frac_zero_std_groups", "response_length/mean",
@@ -59,7 +67,7 @@ def test_metrics_are_logged_every_step_with_the_promised_names(zero3_two_rank_ru
 
 
 def test_checkpoint_holds_engine_state_trainer_state_and_rng_of_each_rank(zero3_two_rank_run):
-    out, _ = zero3_two_rank_run
+    out = zero3_two_rank_run[0]
     root = os.path.join(out, "checkpoints")
     with open(os.path.join(root, "latest")) as f:
         tag = f.read().strip()
@@ -74,7 +82,7 @@ def test_checkpoint_holds_engine_state_trainer_state_and_rng_of_each_rank(zero3_
 
 def test_hf_export_reloads_and_generates(zero3_two_rank_run):
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    out, _ = zero3_two_rank_run
+    out = zero3_two_rank_run[0]
     final = os.path.join(out, "final")
     assert "model.safetensors" in os.listdir(final)
     tok = AutoTokenizer.from_pretrained(final)

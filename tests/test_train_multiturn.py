@@ -40,4 +40,4 @@ def test_turn_level_and_trajectory_methods_on_a_dense_multi_turn_env(algo, tiny_
         for part in ("imp", "pres", "reg", "hind", "cf"):
             assert f"tcpo/{part}" in last
         assert last["tcpo/cf_turns"] == 3.0
-        assert 0 < last["tcpo/cf_time_share"] < 1
+        assert 0 < last["time_share/counterfactual"] < 1

@@ -11,7 +11,7 @@ import torch
 
 ADVANTAGE_ESTIMATORS = {}
 BATCH_ADAPTERS = {}
-ROLLOUT_HOOKS = {}  # name -> fn(trainer, batch, timings) -> metrics: extra rollout work a method needs
+STEP_HOOKS = {}  # name -> StepHooks subclass: a method's extra work around the advantages, and its state
 
 
 @dataclass
@@ -24,6 +24,7 @@ class AdvantageInputs:
     correctness: torch.Tensor = None     # Tensor[N] the env verifier's trajectory score
     turn_scores: torch.Tensor = None     # Tensor[N, T] verifier score per turn, NaN after a trajectory ended
     counterfactual: torch.Tensor = None  # Tensor[N, T] TCPO fixed-history counterfactuals (NaN = none)
+    actions: torch.Tensor = None         # Tensor[N] long MAESTRO Conductor emphasis actions (None = equal weights)
 
     def component_matrix(self) -> torch.Tensor:
         """Tensor[N, K], columns in the order of `components`."""
@@ -46,11 +47,42 @@ def register_adapter(name: str):
     return wrap
 
 
-def register_rollout_hook(name: str):
-    def wrap(fn):
-        ROLLOUT_HOOKS[name] = fn
-        return fn
+class StepHooks:
+    """A method's work around the advantage computation and the state it carries from step to step.
+
+    The default does nothing. TCPO samples counterfactual turns after scoring; MAESTRO computes its
+    policy-based rewards and Conductor actions after scoring and trains the Conductor after the advantages.
+    The state is saved in every checkpoint and restored by --resume.
+    """
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def after_score(self, batch, timings: dict) -> dict:
+        """May fill method fields of the local Rollout (counterfactual, actions, components). Returns metrics."""
+        return {}
+
+    def after_advantages(self, inputs: AdvantageInputs, advantages: torch.Tensor, timings: dict) -> dict:
+        """Sees the batch-global inputs and advantages (Tensor[N] or [N, T]). Returns metrics."""
+        return {}
+
+    def state_dict(self) -> dict:
+        """A copy (not views of live tensors): the trainer keeps it to undo a step that fails."""
+        return {}
+
+    def load_state_dict(self, state: dict):
+        pass
+
+
+def register_step_hooks(name: str):
+    def wrap(cls):
+        STEP_HOOKS[name] = cls
+        return cls
     return wrap
+
+
+def build_step_hooks(name: str, trainer) -> StepHooks:
+    return STEP_HOOKS.get(name, StepHooks)(trainer)
 
 
 def get_estimator(name: str):

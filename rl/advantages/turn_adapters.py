@@ -2,7 +2,7 @@
 import torch
 
 from rl.advantages.mt_grpo import mt_grpo
-from rl.advantages.registry import AdvantageInputs, register_adapter, register_rollout_hook
+from rl.advantages.registry import AdvantageInputs, StepHooks, register_adapter, register_step_hooks
 from rl.advantages.tcpo import tcpo
 
 
@@ -22,11 +22,13 @@ def tcpo_from_batch(batch: AdvantageInputs, args):
     return adv, metrics
 
 
-@register_rollout_hook("tcpo")
-def tcpo_counterfactuals(trainer, batch, timings):
+@register_step_hooks("tcpo")
+class TCPOCounterfactuals(StepHooks):
     """Fixed-history counterfactuals for the most surprising non-improving turns (rl/counterfactual.py)."""
-    from rl.counterfactual import counterfactuals
-    cf, count = counterfactuals(trainer.actor, trainer.tokenizer, batch, trainer.scorer.score_alternative,
-                                trainer.args, timings)
-    batch.counterfactual = cf
-    return {"tcpo/cf_turns": float(count), "tcpo/cf_applied": float(torch.isfinite(cf).sum())}
+
+    def after_score(self, batch, timings):
+        from rl.counterfactual import counterfactuals
+        t = self.trainer
+        cf, count = counterfactuals(t.actor, t.tokenizer, batch, t.scorer.score_alternative, t.args, timings)
+        batch.counterfactual = cf
+        return {"tcpo/cf_turns": float(count), "tcpo/cf_applied": float(torch.isfinite(cf).sum())}

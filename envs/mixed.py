@@ -1,0 +1,65 @@
+"""A task mix where the best reward trade-off differs by prompt (MAESTRO's CPU task): half single-turn arithmetic,
+half a short free-form description that ends with a one-word answer.
+
+- arith rows: "What is 7 + 5? ... \\boxed{number}". A terse response is best (the `len` reward agrees with
+  correctness) and the reference answer's likelihood after the reasoning (`ppl`) is sharp.
+- describe rows: "Describe a quiet river in one short sentence, then give the noun as \\boxed{river}."
+  The answer is given away, so `ppl` barely separates responses, while the description's length and the
+  policy's entropy do: a Conductor that reads the prompt can emphasise different rewards for the two kinds.
+
+Both kinds are scored by a verifier (the number, or the boxed word), so success is still measured.
+"""
+import random
+import re
+
+from envs.arith import make_arith_split
+from envs.base import VerifyAndRefineEnv, register_env
+from rewards.arith import ArithVerifier
+
+ADJECTIVES = ["quiet", "busy", "tiny", "bright", "small", "cold", "tall", "green", "noisy", "gentle", "dark", "warm"]
+TRAIN_NOUNS = ["river", "city", "forest", "house", "garden", "market", "bridge", "window", "road", "field", "tower",
+               "lake", "train", "kitchen", "library", "mountain"]
+EVAL_NOUNS = ["harbor", "desert", "castle", "meadow", "station", "island"]  # never seen in training
+DESCRIBE_TEMPLATE = "Describe a {adj} {noun} in one short sentence, then give the noun as \\boxed{{{noun}}}."
+_BOXED = re.compile(r"\\boxed\{\s*([^{}]*?)\s*\}")
+
+
+class MixedVerifier:
+    """Arithmetic rows: the final integer; describe rows: the last boxed word equals the noun (case-insensitive)."""
+    name = "correctness"
+
+    def __init__(self):
+        self.arith = ArithVerifier()
+
+    def __call__(self, prompt, completion, sample) -> float:
+        if sample.get("kind") == "describe":
+            boxed = _BOXED.findall(completion)
+            return float(bool(boxed) and boxed[-1].strip().lower() == str(sample["answer"]).lower())
+        return self.arith(prompt, completion, sample)
+
+
+def make_mixed_split(split: str, n: int, seed: int = 0) -> list:
+    """n rows alternating arithmetic and describe prompts; the eval split's problems and nouns are held out."""
+    arith = [dict(row, kind="arith") for row in make_arith_split(split, (n + 1) // 2, seed)]
+    rng = random.Random(seed if split == "train" else 20261130)
+    nouns = TRAIN_NOUNS if split == "train" else EVAL_NOUNS
+    describe = []
+    for _ in range(n // 2):
+        adj, noun = rng.choice(ADJECTIVES), rng.choice(nouns)
+        describe.append({"kind": "describe", "prompt": DESCRIBE_TEMPLATE.format(adj=adj, noun=noun), "answer": noun})
+    rows = [row for pair in zip(arith, describe) for row in pair] + arith[len(describe):]
+    return rows[:n]
+
+
+@register_env("mixed")
+class MixedEnv(VerifyAndRefineEnv):
+    @classmethod
+    def make_verifier(cls, **kwargs):
+        return MixedVerifier()
+
+    def first_message(self, sample: dict) -> str:
+        return sample["prompt"]
+
+    @classmethod
+    def dataset(cls, split: str, n: int, seed: int):
+        return make_mixed_split(split, n, seed)

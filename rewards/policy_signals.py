@@ -1,0 +1,80 @@
+"""Rewards computed with the policy itself (no extra model): MAESTRO's `ppl` and `ent`, and the Conductor's input.
+
+- `ppl` (NOVER-style): the policy's mean negative log-likelihood of the *reference answer*, given the prompt and
+  the response's reasoning part. A response whose reasoning makes the right answer likely gets a low NLL; the
+  reward is the NLL's negative (rank-normalised within the group by the caller).
+- `ent`: the mean token entropy of the response under the policy (at the rollout temperature).
+- the final-layer hidden state of the last real token of prompt + response (the Conductor's input h).
+
+Each takes a model (a DeepSpeed engine or a plain HF causal LM) and token tensors, so it can be used on its own.
+"""
+import torch
+
+from rewards.length import reasoning_part
+from rl.loss import entropy_from_logits
+from rl.rollout import left_pad, position_ids_from_mask
+
+# How the reference answer is appended after the reasoning, per --format_style (the answer part the policy writes).
+ANSWER_WRAPPERS = {"boxed": ("\\boxed{", "}"), "tags": ("</think>\n<answer>", "</answer>")}
+
+
+@torch.no_grad()
+def entropy_and_last_hidden(model, input_ids, attention_mask, prompt_len: int, response_mask, temperature: float,
+                            micro: int = 16):
+    """Mean response-token entropy and the final hidden state of the last real token.
+
+    Args:
+        input_ids, attention_mask: Tensor[N, P + R] (left-padded prompt, right-padded response); prompt_len: P.
+        response_mask: Tensor[N, R] float, 1 on model tokens.
+    Returns:
+        (entropy Tensor[N] float32, hidden Tensor[N, H] float32), both on CPU.
+    """
+    entropies, hiddens = [], []
+    resp_len = input_ids.shape[1] - prompt_len
+    for s in range(0, input_ids.shape[0], micro):
+        ids, mask = input_ids[s:s + micro], attention_mask[s:s + micro]
+        out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask), use_cache=False,
+                    output_hidden_states=True, logits_to_keep=resp_len + 1)
+        ent = entropy_from_logits(out.logits[:, :-1, :].float() / temperature)
+        rmask = response_mask[s:s + micro].to(ent.device)
+        entropies.append(((ent * rmask).sum(1) / rmask.sum(1).clamp(min=1)).float().cpu())
+        last = mask.shape[1] - 1 - mask.flip(1).long().argmax(1)  # index of the last 1 in each row
+        final = out.hidden_states[-1]                                # after the final norm (HF convention)
+        hiddens.append(final[torch.arange(len(ids), device=final.device), last.to(final.device)].float().cpu())
+    return torch.cat(entropies), torch.cat(hiddens)
+
+
+def nover_tokens(tokenizer, prompt_ids: list, completion: str, answer, style: str = "boxed"):
+    """(context token list, target token list) for the NLL of `answer` after the response's reasoning part.
+
+    The target is empty when there is no reference answer (the reward then abstains).
+    """
+    if answer is None or str(answer).strip() == "":
+        return prompt_ids, []
+    opening, closing = ANSWER_WRAPPERS.get(style, ANSWER_WRAPPERS["boxed"])
+    context = tokenizer(reasoning_part(completion).rstrip() + " " + opening, add_special_tokens=False)["input_ids"]
+    target = tokenizer(str(answer).strip() + closing, add_special_tokens=False)["input_ids"]
+    return list(prompt_ids) + context, target
+
+
+@torch.no_grad()
+def reference_nll(model, contexts: list, targets: list, pad_id: int, device, micro: int = 16) -> torch.Tensor:
+    """Mean NLL of each target token list after its context. Returns Tensor[N] float32 (NaN for an empty target).
+
+    Sequences are left-padded so that every target ends at the last position: only the last max-target + 1
+    positions go through the LM head. Every row takes part in a forward, even one without a target, so that all
+    ranks of a ZeRO-3 engine make the same number of forward calls (each call gathers parameters collectively).
+    """
+    out = torch.full((len(contexts),), float("nan"))
+    for s in range(0, len(contexts), micro):
+        chunk = range(s, min(s + micro, len(contexts)))
+        seqs = [contexts[i] + (targets[i] or [pad_id]) for i in chunk]
+        ids, mask = left_pad(seqs, pad_id, device)
+        width = max(len(targets[i]) or 1 for i in chunk)
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask), use_cache=False,
+                       logits_to_keep=width + 1).logits[:, :-1, :].float()
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, -width:].unsqueeze(-1)).squeeze(-1)
+        for j, i in enumerate(chunk):
+            if targets[i]:
+                out[i] = -logp[j, width - len(targets[i]):].mean().cpu()
+    return out

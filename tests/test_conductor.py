@@ -1,0 +1,106 @@
+"""MAESTRO's Conductor: probabilities, the floor, the learned temperature, and learning a contextual bandit."""
+import torch
+
+from rl.conductor import PROB_FLOOR, Conductor, ConductorLearner, floor_probs, reinforce_loss
+
+
+def test_probabilities_have_one_row_per_response_and_sum_to_one():
+    conductor = Conductor(hidden_size=8, num_actions=5)
+    probs = conductor(torch.randn(7, 8))
+    assert probs.shape == (7, 5)
+    torch.testing.assert_close(probs.sum(-1), torch.ones(7))
+
+
+def test_zero_initialised_conductor_starts_uniform():
+    probs = Conductor(8, 4)(torch.randn(3, 8))
+    torch.testing.assert_close(probs, torch.full((3, 4), 0.25))
+
+
+def test_probability_floor_keeps_every_action_reachable():
+    probs = floor_probs(torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0]]))
+    assert (probs >= PROB_FLOOR / (1 + 2 * PROB_FLOOR) - 1e-9).all()
+    torch.testing.assert_close(probs.sum(-1), torch.ones(2))
+    conductor = Conductor(2, 3)
+    with torch.no_grad():
+        conductor.head.weight.copy_(torch.tensor([[100.0, 0.0], [-100.0, 0.0], [-100.0, 0.0]]))
+    assert conductor(torch.tensor([[1.0, 0.0]])).min() > PROB_FLOOR / 2
+
+
+def test_reinforce_loss_raises_the_probability_of_actions_with_positive_advantage():
+    conductor = Conductor(4, 3)
+    h = torch.randn(6, 4)
+    loss, _ = reinforce_loss(conductor(h), torch.zeros(6, dtype=torch.long), torch.ones(6), entropy_coef=0.0)
+    loss.backward()
+    torch.optim.SGD(conductor.parameters(), lr=1.0).step()
+    assert (conductor(h)[:, 0] > 1 / 3).all()
+
+
+def test_temperature_is_learned():
+    learner = ConductorLearner(4, 3, lr=0.05, update_interval=1, seed=0)
+    h = torch.eye(4)[:2].repeat(8, 1)
+    for _ in range(20):
+        actions, _ = learner.act(h)
+        learner.record(h, actions, torch.where(actions == 0, 1.0, -1.0))
+    assert abs(learner.conductor.tau - 1.0) > 1e-3
+
+
+def contextual_bandit(learner, steps: int, batch: int = 32):
+    """Two kinds of context; action 0 pays for kind A and action 2 for kind B. Advantages are group-relative."""
+    torch.manual_seed(0)
+    kind_a, kind_b = torch.tensor([1.0, 0.0, 0.5, 0.0]), torch.tensor([0.0, 1.0, 0.5, 0.0])
+    for _ in range(steps):
+        is_a = torch.rand(batch) < 0.5
+        h = torch.where(is_a[:, None], kind_a, kind_b) + 0.05 * torch.randn(batch, 4)
+        actions, _ = learner.act(h)
+        best = torch.where(is_a, 0, 2)
+        reward = (actions == best).float()
+        learner.record(h, actions, reward - reward.mean())
+    return learner.probs(torch.stack([kind_a, kind_b]))
+
+
+def test_conductor_learns_a_different_best_action_per_context():
+    probs = contextual_bandit(ConductorLearner(4, 3, lr=0.05, update_interval=3, seed=1), steps=300)
+    assert probs[0, 0] > 0.7 and probs[1, 2] > 0.7, probs
+
+
+def test_a_conductor_that_does_not_learn_fails_the_bandit():
+    probs = contextual_bandit(ConductorLearner(4, 3, lr=0.0, update_interval=3, seed=1), steps=30)
+    assert not (probs[0, 0] > 0.7 and probs[1, 2] > 0.7)
+
+
+def test_buffer_is_cleared_after_each_update_interval():
+    learner = ConductorLearner(4, 2, update_interval=3, seed=0)
+    h = torch.randn(5, 4)
+    a = torch.zeros(5, dtype=torch.long)
+    assert learner.record(h, a, torch.ones(5)) == {} and learner.record(h, a, torch.ones(5)) == {}
+    metrics = learner.record(h, a, torch.ones(5))
+    assert "conductor/meta_loss" in metrics and learner.buffer == []
+
+
+def test_state_dict_round_trip_continues_identically():
+    a, b = ConductorLearner(4, 3, lr=0.05, update_interval=2, seed=3), ConductorLearner(4, 3, lr=0.05, update_interval=2, seed=99)
+    h = torch.randn(6, 4)
+    for _ in range(3):
+        actions, _ = a.act(h)
+        a.record(h, actions, torch.randn(6))
+    b.load_state_dict(a.state_dict())
+    for learner in (a, b):
+        actions, _ = learner.act(h)
+        learner.record(h, actions, torch.ones(6))
+    torch.testing.assert_close(a.probs(h), b.probs(h))
+    assert torch.equal(a.act(h)[0], b.act(h)[0])
+
+
+def test_same_seed_gives_the_same_conductor_on_every_rank():
+    torch.manual_seed(1)
+    a = ConductorLearner(4, 3, seed=7)
+    torch.manual_seed(2)  # ranks seed their global RNG differently
+    b = ConductorLearner(4, 3, seed=7)
+    h = torch.randn(16, 4)
+    assert torch.equal(a.act(h)[0], b.act(h)[0])
+
+
+def test_expected_weights_are_the_continuous_mix():
+    learner = ConductorLearner(4, 4, seed=0)
+    weights = learner.expected_weights(torch.randn(2, 4), eta=0.5)
+    torch.testing.assert_close(weights, torch.full((2, 4), 0.25))

@@ -1,0 +1,54 @@
+"""MAESTRO end to end under the real launcher: the Conductor's metrics, its meta-update, and exact resume."""
+import math
+import os
+
+import pytest
+import torch
+
+from rl.metrics import read_metrics
+from tests.helpers import run_train
+from tests.test_train_deepspeed import assert_ok
+
+pytestmark = pytest.mark.slow
+RUN = ["--algo", "maestro", "--env", "mixed", "--num_generations", "4", "--per_device_generation_batch_size", "2",
+       "--max_answer_seq_len", "12", "--temperature", "1.0", "--actor_learning_rate", "1e-3",
+       "--maestro_update_interval", "2", "--maestro_lr", "1e-2", "--len_min", "4", "--len_max", "12"]
+REWARDS = ("fmt", "ppl", "ent", "len")  # pref is skipped without a reward model
+
+
+def test_maestro_trains_on_two_ranks_on_the_mixed_task(tiny_model_dir, tmp_path):
+    out = str(tmp_path)
+    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--max_steps", "3",
+                      "--no_final_export"], num_ranks=2)
+    assert_ok(proc)
+    assert "pref` reward is skipped" in proc.stdout + proc.stderr
+    rows = read_metrics(os.path.join(out, "metrics.jsonl"))
+    assert len(rows) == 3
+    for row in rows:
+        weights = [row[f"conductor/weight/{name}"] for name in REWARDS]
+        assert sum(weights) == pytest.approx(1.0, abs=1e-5)
+        assert 0 < row["time_share/conductor"] < 1 and 0 < row["time_share/maestro_rewards"] < 1
+        for name in REWARDS:
+            assert not math.isnan(row[f"reward/{name}/mean"]), name
+        assert 0 < row["conductor/entropy"] <= math.log(len(REWARDS)) + 1e-6
+    # the REINFORCE step happens every 2 steps, on the buffer of both
+    assert "conductor/meta_loss" not in rows[0] and "conductor/meta_loss" in rows[1] and "conductor/meta_loss" not in rows[2]
+    state = torch.load(os.path.join(out, "checkpoints", "step_3", "zero_pp_rank_0_mp_rank_00_model_states.pt"), weights_only=False)
+    learner = state["trainer_state"]["method"]["learner"]
+    assert learner["steps_buffered"] == 1 and learner["buffer"][0][0].shape[0] == 2 * 2 * 4  # both ranks' responses
+
+
+def test_resume_restores_the_conductor_and_its_buffer(tiny_model_dir, tmp_path):
+    full, split = str(tmp_path / "full"), str(tmp_path / "split")
+    common = ["--model_name_or_path", tiny_model_dir, *RUN, "--no_final_export", "--maestro_update_interval", "3"]
+    assert_ok(run_train([*common, "--output_dir", full, "--max_steps", "4"], num_ranks=1))
+    assert_ok(run_train([*common, "--output_dir", split, "--max_steps", "4", "--enable_test_mode",
+                         "--test_stop_step", "2"], num_ranks=1))
+    resumed = run_train([*common, "--output_dir", split, "--max_steps", "4", "--resume", "auto"], num_ranks=1)
+    assert_ok(resumed)
+    want, got = read_metrics(os.path.join(full, "metrics.jsonl")), read_metrics(os.path.join(split, "metrics.jsonl"))
+    assert [r["step"] for r in got] == [1, 2, 3, 4]
+    # step 3 updates the Conductor on a buffer holding steps 1-2 from before the restart
+    assert got[2]["conductor/meta_loss"] == pytest.approx(want[2]["conductor/meta_loss"], rel=1e-5)
+    for name in REWARDS:
+        assert got[3][f"conductor/weight/{name}"] == pytest.approx(want[3][f"conductor/weight/{name}"], abs=1e-6)
