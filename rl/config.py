@@ -95,7 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--dtype", choices=("fp32", "bf16", "fp16", "auto"), default="auto",
                    help="training dtype; auto = bf16 on CUDA, fp32 on CPU; fp16 (loss-scaled) is CUDA only")
     g.add_argument("--enable_hybrid_engine", action="store_true",
-                   help="DeepSpeed hybrid engine for generation (CUDA only; elsewhere one warning and gather-and-generate)")
+                   help="DeepSpeed hybrid engine for generation (CUDA and an architecture it has kernels for: llama "
+                        "without scaled RoPE, bloom, gptj, gpt_neo, gpt_neox; elsewhere one warning and "
+                        "gather-and-generate)")
     g.add_argument("--local_rank", type=int, default=-1, help="set by the deepspeed launcher")
 
     g = p.add_argument_group("rollout backend (GPU)")
@@ -117,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "--vllm_is_cap), for the mismatch between vLLM's and the trainer's log-probs")
     g.add_argument("--vllm_is_cap", type=float, default=2.0, help="TIS weight cap C (verl's rollout_is_threshold: 2)")
     g.add_argument("--dist_timeout_minutes", type=float, default=30.0,
-                   help="timeout of every collective (process groups of DeepSpeed and of vLLM's tensor-parallel groups)")
+                   help="timeout of every collective (DeepSpeed's process group and vLLM's tensor-parallel groups)")
 
     g = p.add_argument_group("loss")
     g.add_argument("--beta", type=float, default=0.0, help="KL coefficient to the frozen reference; 0 skips loading it")

@@ -13,7 +13,8 @@ What we followed (vLLM's API is read, not run, here: this repo's machines have n
   and after each generation; `wake_up(tags=["weights"])` -> per-parameter `GatheredParameters([p])` +
   `model.load_weights([(name, p.data)])` -> `reset_prefix_cache()` -> `wake_up(tags=["kv_cache"])`; tensor
   parallel groups gather prompts with `all_gather_object` and keep their own slice.
-- verl's vLLM rollout for the in-process model handle (`llm_engine.model_executor.driver_worker.worker.model_runner.model`).
+- verl's vLLM rollout for the in-process model handle
+  (`llm_engine.model_executor.driver_worker.worker.model_runner.model`).
 Everything here that needs vLLM or CUDA is unverified until `scripts/gpu_check.sh` is run on a GPU machine.
 """
 import contextlib
@@ -147,7 +148,8 @@ def iter_vllm_weights(module: torch.nn.Module):
         if target is None:
             continue
         partitioned = hasattr(param, "ds_id")  # a ZeRO-3 parameter
-        with deepspeed.zero.GatheredParameters([param], modifier_rank=None) if partitioned else contextlib.nullcontext():
+        with (deepspeed.zero.GatheredParameters([param], modifier_rank=None) if partitioned
+              else contextlib.nullcontext()):
             yield target, param.data
 
 

@@ -29,7 +29,8 @@ def test_vllm_on_a_machine_without_cuda_is_refused_naming_the_flag(tiny_model_di
 def test_vllm_not_installed_is_refused_naming_the_gpu_requirements(tiny_model_dir, capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real_find_spec(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "vllm" else real_find_spec(name, *a))
     msg = refused(["--rollout_backend", "vllm"], tiny_model_dir, capsys)
     assert "vllm package is not installed" in msg and "requirements-gpu.txt" in msg
 
@@ -37,8 +38,10 @@ def test_vllm_not_installed_is_refused_naming_the_gpu_requirements(tiny_model_di
 def test_vllm_accepted_where_cuda_and_vllm_exist(tiny_model_dir, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real_find_spec(name, *a))
-    args = parse_args(["--model_name_or_path", tiny_model_dir, "--rollout_backend", "vllm", "--vllm_is_correction", "tis"])
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: object() if name == "vllm" else real_find_spec(name, *a))
+    args = parse_args(["--model_name_or_path", tiny_model_dir, "--rollout_backend", "vllm",
+                       "--vllm_is_correction", "tis"])
     assert args.vllm_is_cap == 2.0 and args.vllm_sleep_level == 2
 
 

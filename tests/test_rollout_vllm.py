@@ -23,7 +23,8 @@ def tiny_qwen3(tie=False):
                                         tie_word_embeddings=tie))
 
 
-@pytest.mark.parametrize("build,tie", [(tiny_llama, True), (tiny_llama, False), (tiny_qwen3, False), (tiny_qwen3, True)])
+@pytest.mark.parametrize("build,tie", [(tiny_llama, True), (tiny_llama, False), (tiny_qwen3, False),
+                                       (tiny_qwen3, True)])
 def test_names_are_the_hf_checkpoint_names_vllm_loads(build, tie):
     """vLLM's Llama/Qwen3 load_weights take HF checkpoint names (they fuse q/k/v and gate/up themselves)."""
     model = build(tie)
@@ -67,7 +68,8 @@ def test_iter_vllm_weights_without_zero_yields_every_parameter_once():
 
 
 def completion(tokens, logps):
-    return SimpleNamespace(token_ids=tokens, logprobs=[{t: SimpleNamespace(logprob=lp)} for t, lp in zip(tokens, logps)])
+    positions = [{t: SimpleNamespace(logprob=lp)} for t, lp in zip(tokens, logps)]
+    return SimpleNamespace(token_ids=tokens, logprobs=positions)
 
 
 def test_sampled_logprobs_read_the_sampled_token_of_each_position():
@@ -86,7 +88,8 @@ class FakeLLM:
     def __init__(self):
         self.calls, self.loaded = [], []
         runner = SimpleNamespace(model=SimpleNamespace(load_weights=lambda w: self.loaded.extend(n for n, _ in w)))
-        self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(driver_worker=SimpleNamespace(model_runner=runner)))
+        worker = SimpleNamespace(model_runner=runner)
+        self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(driver_worker=worker))
 
     def sleep(self, level):
         self.calls.append(f"sleep{level}")
