@@ -53,9 +53,6 @@ def left_pad(sequences: list, pad_id: int, device):
     return ids.to(device), mask.to(device)
 
 
-ROLLOUT_BACKENDS = ("hf", "vllm")
-
-
 def make_rollout_backend(args, engine):
     """The one place the rollout backend is chosen (--rollout_backend).
 
