@@ -111,8 +111,31 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--dtype", choices=("fp32", "bf16", "fp16", "auto"), default="auto",
                    help="training dtype; auto = bf16 on CUDA, fp32 on CPU; fp16 (loss-scaled) is CUDA only")
     g.add_argument("--enable_hybrid_engine", action="store_true",
-                   help="DeepSpeed hybrid engine for generation (CUDA only; elsewhere one warning and gather-and-generate)")
+                   help="DeepSpeed hybrid engine for generation (CUDA and an architecture it has kernels for: llama "
+                        "without scaled RoPE, bloom, gptj, gpt_neo, gpt_neox; elsewhere one warning and "
+                        "gather-and-generate)")
     g.add_argument("--local_rank", type=int, default=-1, help="set by the deepspeed launcher")
+
+    g = p.add_argument_group("rollout backend (GPU)")
+    g.add_argument("--rollout_backend", choices=("hf", "vllm"), default="hf",
+                   help="hf: the actor generates (ZeRO-3 gathered once, HF generate; or --enable_hybrid_engine); "
+                        "vllm: a vLLM engine colocated in each rank, sleeping while the actor trains and loaded with "
+                        "its weights after every update (CUDA and requirements-gpu.txt)")
+    g.add_argument("--vllm_gpu_memory_utilization", type=float, default=0.3,
+                   help="fraction of each GPU vLLM may take for weights and KV cache (TRL's colocate default)")
+    g.add_argument("--vllm_tensor_parallel_size", type=int, default=1,
+                   help="GPUs sharing one vLLM engine (must divide the number of ranks); 1 = one engine per GPU")
+    g.add_argument("--vllm_max_model_len", type=int, default=0,
+                   help="longest context vLLM serves; 0 = prompt + max_turns x answer + 512 feedback tokens per turn")
+    g.add_argument("--vllm_sleep_level", type=int, choices=(0, 1, 2), default=2,
+                   help="how vLLM frees its GPU memory while the actor trains: 0 never, 1 weights to CPU, 2 discard "
+                        "weights (they are reloaded from the actor before every rollout phase anyway)")
+    g.add_argument("--vllm_is_correction", choices=("none", "tis"), default="none",
+                   help="tis: truncated importance sampling, each token's loss x min(exp(logp_trainer - logp_vllm), "
+                        "--vllm_is_cap), for the mismatch between vLLM's and the trainer's log-probs")
+    g.add_argument("--vllm_is_cap", type=float, default=2.0, help="TIS weight cap C (verl's rollout_is_threshold: 2)")
+    g.add_argument("--dist_timeout_minutes", type=float, default=30.0,
+                   help="timeout of every collective (DeepSpeed's process group and vLLM's tensor-parallel groups)")
 
     g = p.add_argument_group("loss")
     g.add_argument("--beta", type=float, default=0.0, help="KL coefficient to the frozen reference; 0 skips loading it")
@@ -236,6 +259,35 @@ def validate(args) -> None:
         bad(f"--model_name_or_path {args.model_name_or_path} does not exist{hint}")
     if args.tensorboard_path is None:
         args.tensorboard_path = os.path.join(args.output_dir, "tensorboard")
+    validate_rollout_backend(args, bad)
+
+
+def validate_rollout_backend(args, bad) -> None:
+    """The GPU rollout flags: refused here, before any model or engine is built."""
+    if args.dist_timeout_minutes <= 0:
+        bad(f"--dist_timeout_minutes must be > 0, got {args.dist_timeout_minutes}")
+    if args.rollout_backend == "hf":
+        if args.vllm_is_correction != "none":
+            bad("--vllm_is_correction corrects vLLM's sampling log-probs and needs --rollout_backend vllm")
+        return
+    if not 0 < args.vllm_gpu_memory_utilization < 1:
+        bad(f"--vllm_gpu_memory_utilization must be in (0, 1), got {args.vllm_gpu_memory_utilization}")
+    if args.vllm_tensor_parallel_size < 1:
+        bad(f"--vllm_tensor_parallel_size must be >= 1, got {args.vllm_tensor_parallel_size}")
+    if args.vllm_tensor_parallel_size > 1 and (args.max_turns > 1 or (args.algo == "tcpo" and args.tcpo_cf_budget > 0)):
+        bad("--vllm_tensor_parallel_size > 1 needs every rank of a group to generate in lockstep; multi-turn "
+            "episodes and TCPO counterfactuals generate a rank-dependent number of times: use 1")
+    if args.vllm_is_cap <= 0:
+        bad(f"--vllm_is_cap must be > 0, got {args.vllm_is_cap}")
+    if args.vllm_max_model_len < 0:
+        bad(f"--vllm_max_model_len must be >= 0, got {args.vllm_max_model_len}")
+    if args.enable_hybrid_engine:
+        bad("--enable_hybrid_engine speeds up generation on the actor; with --rollout_backend vllm vLLM generates: "
+            "pick one")
+    from rl.rollout_vllm import vllm_unavailable_reason
+    reason = vllm_unavailable_reason()
+    if reason:
+        bad(reason)
 
 
 def validate_maestro(args, bad):

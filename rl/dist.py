@@ -8,13 +8,14 @@ import deepspeed.comm as dist
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def init_distributed():
-    """deepspeed.init_distributed (gloo on CPU, nccl on CUDA) from the launcher's environment variables."""
+def init_distributed(timeout=None):
+    """deepspeed.init_distributed (gloo on CPU, nccl on CUDA) from the launcher's environment variables; `timeout`
+    (a timedelta) bounds every collective, so a dead rank ends the run instead of hanging it."""
     import deepspeed
     # DeepSpeed JIT-builds its CPU shared-memory comm op at init. A build folder per checkout keeps two
     # checkouts (or venvs) from rebuilding over each other's files and waiting on each other's lock.
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(REPO_ROOT, ".cache", "torch_extensions"))
-    deepspeed.init_distributed()
+    deepspeed.init_distributed(**({"timeout": timeout} if timeout is not None else {}))
     unlink_shm_buffer()
 
 

@@ -14,12 +14,39 @@ from deepspeed.accelerator import get_accelerator
 
 logger = logging.getLogger(__name__)
 
-# DeepSpeed's hybrid engine (inference kernels with ZeRO-3 training) covers these model types only.
-HYBRID_ENGINE_MODEL_TYPES = ("llama", "opt", "bloom", "gpt_neox", "gptj")
+# HF model types whose decoder layer has a DeepSpeed 0.19 hybrid-engine inference container
+# (deepspeed/module_inject/containers: the HybridEngineContainer subclasses, looked up through
+# replace_policy.replace_policies). Left out: opt (0.19.8 skips its policy for transformers' Cache-based OPT layer,
+# which is what transformers 5.x has); qwen2/qwen3/mistral (no container at all). internlm is remote code.
+HYBRID_ENGINE_MODEL_TYPES = ("llama", "bloom", "gptj", "gpt_neo", "gpt_neox", "internlm")
 
 
 def on_cuda() -> bool:
     return get_accelerator().device_name() == "cuda"
+
+
+def hybrid_engine_supported(model_type: str, rope_scaling=None) -> tuple:
+    """(True, "") when DeepSpeed's hybrid engine can generate for this architecture, else (False, why).
+
+    A scaled rotary embedding (e.g. Llama 3.1's rope_type "llama3", which DeepSeek-R1-Distill-Llama-8B uses) is
+    refused: the injected kernel builds its rotary table from rope_theta alone (DeepSpeed 0.19.8 raises on it).
+    """
+    if model_type not in HYBRID_ENGINE_MODEL_TYPES:
+        return False, (f"DeepSpeed has no hybrid-engine inference container for model type {model_type!r} "
+                       f"(supported: {', '.join(HYBRID_ENGINE_MODEL_TYPES)})")
+    rope_type = None
+    if isinstance(rope_scaling, dict):
+        rope_type = rope_scaling.get("rope_type", rope_scaling.get("type"))
+    if rope_type not in (None, "default"):
+        return False, f"DeepSpeed's inference kernels cannot apply rope_type {rope_type!r} (model type {model_type})"
+    return True, ""
+
+
+def hybrid_engine_config(args) -> dict:
+    """DeepSpeed-Chat's hybrid_engine block (its get_train_ds_config defaults; max_out_tokens covers every turn)."""
+    from rl.rollout_vllm import context_budget
+    return {"enabled": True, "max_out_tokens": context_budget(args), "inference_tp_size": 1,
+            "release_inference_cache": False, "pin_parameters": True, "tp_gather_partition_size": 8}
 
 
 def resolve_dtype(name: str) -> torch.dtype:
@@ -60,10 +87,6 @@ def ds_config(args, world_size: int, dtype: torch.dtype, train: bool = True) -> 
             "lr": args.actor_learning_rate, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": args.actor_weight_decay,
             # torch's AdamW needs no compiled op; ZeRO-Offload needs DeepSpeedCPUAdam (built on first use).
             "torch_adam": not args.offload}}
-        if args.enable_hybrid_engine and on_cuda():
-            cfg["hybrid_engine"] = {"enabled": True, "max_out_tokens": args.max_prompt_seq_len + args.max_answer_seq_len,
-                                    "inference_tp_size": 1, "release_inference_cache": False,
-                                    "pin_parameters": True, "tp_gather_partition_size": 8}
     else:
         cfg["zero_optimization"].pop("offload_optimizer", None)
     return cfg
@@ -96,6 +119,13 @@ def build_actor(args, world_size: int, num_training_steps: int):
 
     dtype = resolve_dtype(args.dtype)
     cfg = ds_config(args, world_size, dtype, train=True)
+    if args.enable_hybrid_engine:
+        fallback = _hybrid_engine_fallback_reason(args.model_name_or_path)
+        if fallback is None:
+            cfg["hybrid_engine"] = hybrid_engine_config(args)
+        else:
+            logger.warning("--enable_hybrid_engine: %s; this run generates by gathering ZeRO-3 parameters and calling "
+                           "HF generate instead", fallback)
     model, hf_ds_config = _load_model(args.model_name_or_path, cfg, dtype)
     model.config.use_cache = True  # generation uses the KV cache; training forwards pass use_cache=False
 
@@ -106,11 +136,18 @@ def build_actor(args, world_size: int, num_training_steps: int):
     engine, *_ = deepspeed.initialize(model=model, config=cfg, lr_scheduler=scheduler,
                                       model_parameters=_param_groups(model, args.actor_weight_decay))
     engine._credo_hf_ds_config = hf_ds_config
-    if args.enable_hybrid_engine and not _hybrid_engine_active(engine):
-        logger.warning("--enable_hybrid_engine: the DeepSpeed hybrid engine needs CUDA and a model of type %s; "
-                       "this run (%s, %s) generates by gathering ZeRO-3 parameters and calling HF generate instead",
-                       ", ".join(HYBRID_ENGINE_MODEL_TYPES), get_accelerator().device_name(), model.config.model_type)
     return engine
+
+
+def _hybrid_engine_fallback_reason(model_path: str):
+    """None when the hybrid engine can be used here, else the one-line reason for the fallback."""
+    if not on_cuda():
+        return f"the DeepSpeed hybrid engine needs CUDA (this run: {get_accelerator().device_name()})"
+    from transformers import AutoConfig
+    config = AutoConfig.from_pretrained(model_path)
+    rope = getattr(config, "rope_scaling", None) or getattr(config, "rope_parameters", None)
+    ok, why = hybrid_engine_supported(config.model_type, rope if isinstance(rope, dict) else None)
+    return None if ok else why
 
 
 def build_reference(args, world_size: int):
@@ -148,7 +185,18 @@ def generation_model(engine):
     module = getattr(engine, "module", engine)  # a plain nn.Module (eval, tests) generates as it is
     if module is engine:
         yield module
-    elif engine.zero_optimization_partition_weights() and not _hybrid_engine_active(engine):
+    elif _hybrid_engine_active(engine):
+        # DeepSpeed-Chat's protocol: engine.eval() swaps the inference kernels in (module.generate is already the
+        # hybrid engine's), engine.train() swaps the training forwards back.
+        was_training = engine.training
+        engine.eval()
+        try:
+            yield module
+        finally:
+            engine.train()
+            if not was_training:
+                torch.nn.Module.train(engine, False)
+    elif engine.zero_optimization_partition_weights():
         coordinator = _zero3_offload_coordinator(engine)
         with deepspeed.zero.GatheredParameters(list(module.parameters())):
             for param in module.parameters():

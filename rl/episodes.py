@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from rl.rollout import encode_prompts, eos_ids, sample_turn
+from rl.rollout import encode_prompts, eos_ids, sample_turn_with_logprobs
 from rl.types import Rollout
 
 
@@ -47,6 +47,7 @@ def run_episodes(engine, tokenizer, envs: list, samples: list, group_ids: torch.
     prompt_ids, prompt_mask = encode_prompts(tokenizer, conversations, args.max_prompt_seq_len)
     prompts = [prompt_ids[i][prompt_mask[i].bool()].tolist() for i in range(n)]
     segments = [[] for _ in range(n)]                 # (token list, turn index or -1 for feedback)
+    sampler_logps = [[] for _ in range(n)]            # per segment: the sampler's log-probs (vLLM), else None
     # The template text of each trajectory so far: feedback tokens are the template's continuation of it.
     rendered = [tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in conversations]
     eos_text = {t: tokenizer.decode([t]) for t in eos}
@@ -58,15 +59,16 @@ def run_episodes(engine, tokenizer, envs: list, samples: list, group_ids: torch.
         if not live:
             break
         contexts = [prompts[i] + [t for seg, _ in segments[i] for t in seg] for i in live]
-        outputs = sample_turn(engine, tokenizer, contexts, args, timings)
+        outputs, logps = sample_turn_with_logprobs(engine, tokenizer, contexts, args, timings)
         texts = [tokenizer.decode([t for t in tokens if t not in eos]) for tokens in outputs]
         t0 = time.perf_counter()
         with ThreadPoolExecutor(max_workers=max(1, getattr(args, "code_workers", 1))) as pool:
             results = list(pool.map(step_fn, [envs[i] for i in live], texts))  # envs are independent
         reward_time += time.perf_counter() - t0
         still_live = []
-        for i, tokens, text, result in zip(live, outputs, texts, results):
+        for j, (i, tokens, text, result) in enumerate(zip(live, outputs, texts, results)):
             segments[i].append((tokens, turn))
+            sampler_logps[i].append(logps[j] if logps is not None else None)
             completions[i] = text
             turn_scores[i, turn] = result.score
             conversations[i] = conversations[i] + [{"role": "assistant", "content": text}]
@@ -76,10 +78,12 @@ def run_episodes(engine, tokenizer, envs: list, samples: list, group_ids: torch.
             rendered[i] += text + (eos_text[tokens[-1]] if tokens and tokens[-1] in eos_text else "")
             feedback, rendered[i] = _feedback(tokenizer, conversations[i], rendered[i])
             segments[i].append((feedback, -1))
+            sampler_logps[i].append(None)
             still_live.append(i)
         live = still_live
     timings["reward"] = timings.get("reward", 0.0) + reward_time
     batch = _layout(tokenizer, prompts, segments, turn_scores, completions, samples, group_ids, engine.device)
+    batch.rollout_logp = _sampler_logp_layout(segments, sampler_logps, batch.response_mask.shape[1], engine.device)
     batch.prompts, batch.envs, batch.conversations = first_user_messages, envs, conversations
     return batch
 
@@ -102,3 +106,18 @@ def _layout(tokenizer, prompts, segments, turn_scores, completions, samples, gro
     return Rollout(input_ids=input_ids.to(device), attention_mask=attention.to(device),
                    response_mask=(turn_ids >= 0).float().to(device), prompt_len=width_p, group_ids=group_ids.to(device),
                    completions=completions, samples=samples, turn_ids=turn_ids.to(device), turn_scores=turn_scores)
+
+
+def _sampler_logp_layout(segments, sampler_logps, width_r, device):
+    """Tensor[N, R] of the sampler's log-probs on the model's tokens (0 elsewhere), aligned with the response part
+    of `_layout`; None when the backend gave none (HF generate)."""
+    if not any(lp is not None for row in sampler_logps for lp in row):
+        return None
+    out = torch.zeros((len(segments), width_r))
+    for i, (segs, logps) in enumerate(zip(segments, sampler_logps)):
+        pos = 0
+        for (tokens, _), lp in zip(segs, logps):
+            if lp is not None:
+                out[i, pos:pos + len(tokens)] = torch.tensor(lp, dtype=torch.float32)
+            pos += len(tokens)
+    return out.to(device)

@@ -60,8 +60,27 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kl_type: str) -> torc
     raise ValueError(f"kl_type must be one of {KL_TYPES}, got {kl_type!r}")
 
 
+def truncated_is_weights(old_logp: torch.Tensor, rollout_logp: torch.Tensor, cap: float) -> torch.Tensor:
+    """Truncated importance sampling (TIS) for the sampler/trainer mismatch, detached.
+
+    The tokens were sampled by vLLM, whose log-probs differ slightly from the trainer's for the same weights
+    (kernels, precision). TIS (Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL
+    training"; verl's rollout_is and TRL's vllm_importance_sampling_correction) reweights each token's loss by
+    w = min(exp(logp_old - logp_sampler), cap), with no gradient through w.
+
+    Args:
+        old_logp: Tensor[B, T] trainer log-probs of the sampled tokens under the rollout policy.
+        rollout_logp: Tensor[B, T] the sampler's log-probs of the same tokens.
+        cap: upper bound C on the weight (verl and our default: 2).
+    Returns:
+        Tensor[B, T] weights in (0, cap].
+    """
+    log_ratio = (old_logp.detach() - rollout_logp.detach()).clamp(-20.0, 20.0)
+    return torch.exp(log_ratio).clamp(max=cap)
+
+
 def policy_loss(logp, old_logp, advantages, mask, clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=3.0,
-                loss_agg_mode="token-mean", ref_logp=None, beta=0.0, kl_type="k3", **agg_kwargs):
+                loss_agg_mode="token-mean", ref_logp=None, beta=0.0, kl_type="k3", is_weights=None, **agg_kwargs):
     """PPO clipped surrogate with asymmetric clip (DAPO) and dual clip (Ye et al. 2020) for negative advantages.
 
     Args:
@@ -71,6 +90,7 @@ def policy_loss(logp, old_logp, advantages, mask, clip_ratio_low=0.2, clip_ratio
         mask: Tensor[B, T] response mask.
         clip_ratio_c: dual-clip bound (> 1): for A < 0 the loss is capped at -A * c.
         ref_logp, beta, kl_type: KL-to-reference term added to the loss when beta > 0.
+        is_weights: Tensor[B, T] detached per-token weights on the clipped surrogate (truncated_is_weights), or None.
         agg_kwargs: num_tokens / num_seqs / norm_len, passed to agg_loss.
 
     Returns:
@@ -84,6 +104,8 @@ def policy_loss(logp, old_logp, advantages, mask, clip_ratio_low=0.2, clip_ratio
     loss3 = -advantages * clip_ratio_c
     dual = torch.minimum(loss3, clipped)
     pg_losses = torch.where(advantages < 0, dual, clipped)
+    if is_weights is not None:
+        pg_losses = pg_losses * is_weights
     pg_loss = agg_loss(pg_losses, mask, loss_agg_mode, **agg_kwargs)
 
     n_tok = mask_f.sum().clamp(min=1.0)

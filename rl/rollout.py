@@ -53,16 +53,47 @@ def left_pad(sequences: list, pad_id: int, device):
     return ids.to(device), mask.to(device)
 
 
+def make_rollout_backend(args, engine):
+    """The one place the rollout backend is chosen (--rollout_backend).
+
+    hf: None, generation stays on the actor (gather ZeRO-3 once, HF generate; or DeepSpeed's hybrid engine).
+    vllm: a colocated `rl.rollout_vllm.VLLMRollout`, attached to the engine so that every `sample_turn` on it
+    (episodes, TCPO counterfactuals) generates with vLLM.
+    """
+    if getattr(args, "rollout_backend", "hf") == "hf":
+        return None
+    from rl.engine import resolve_dtype
+    from rl.rollout_vllm import VLLMRollout
+    backend = VLLMRollout(args, engine, resolve_dtype(args.dtype))
+    engine.credo_rollout_backend = backend
+    return backend
+
+
 @torch.no_grad()
 def sample_turn(engine, tokenizer, contexts: list, args, timings: dict) -> list:
+    """B token lists: each response through its first EOS (or cut at --max_answer_seq_len); see below."""
+    return sample_turn_with_logprobs(engine, tokenizer, contexts, args, timings)[0]
+
+
+@torch.no_grad()
+def sample_turn_with_logprobs(engine, tokenizer, contexts: list, args, timings: dict) -> tuple:
     """One batched, sampled generate over every live trajectory's context (one ZeRO-3 gather for all).
 
     Args:
         contexts: B token lists (prompt and history so far).
     Returns:
-        B token lists: each response through its first EOS (or cut at --max_answer_seq_len).
+        (B token lists: each response through its first EOS (or cut at --max_answer_seq_len),
+         B lists of the sampler's log-probs of those tokens with the vLLM backend, else None)
     """
     eos = eos_ids(tokenizer, getattr(engine, 'module', engine))
+    backend = getattr(engine, "credo_rollout_backend", None)
+    if backend is not None:
+        t0, synced_before = time.perf_counter(), backend.sync_seconds
+        tokens, logps = backend.generate(contexts, eos)
+        sync = backend.sync_seconds - synced_before  # weight loading counts as "gather", as on the HF path
+        timings["gather"] = timings.get("gather", 0.0) + sync
+        timings["generate"] = timings.get("generate", 0.0) + time.perf_counter() - t0 - sync
+        return tokens, logps
     ids, mask = left_pad(contexts, tokenizer.pad_token_id, engine.device)
     t0 = time.perf_counter()
     with generation_model(engine) as model:
@@ -80,7 +111,7 @@ def sample_turn(engine, tokenizer, contexts: list, args, timings: dict) -> list:
     timings["generate"] = timings.get("generate", 0.0) + (t2 - t1)
     new = sequences[:, ids.shape[1]:]
     keep = response_mask_from_ids(new, eos).sum(-1).long().tolist()
-    return [new[i, :keep[i]].tolist() for i in range(len(contexts))]
+    return [new[i, :keep[i]].tolist() for i in range(len(contexts))], None
 
 
 def response_logprobs(model, input_ids, attention_mask, prompt_len: int, temperature: float, with_entropy: bool = False):

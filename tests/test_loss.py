@@ -80,3 +80,25 @@ def test_kl_term_is_added_with_beta():
     loss, stats = policy_loss(logp, logp.detach(), adv, torch.ones(1, 2), ref_logp=ref, beta=0.1, kl_type="k1")
     assert loss.item() == pytest.approx(0.1)
     assert stats["kl"].item() == pytest.approx(1.0)
+
+
+def test_truncated_is_weights_are_capped_and_detached():
+    from rl.loss import truncated_is_weights
+    old = torch.tensor([[-1.0, -1.0, -3.0]], requires_grad=True)
+    sampler = torch.tensor([[-1.0, -2.0, -1.0]])
+    w = truncated_is_weights(old, sampler, cap=2.0)
+    assert w.tolist()[0] == pytest.approx([1.0, 2.0, math.exp(-2.0)])  # exp(1) = 2.72 is capped at 2
+    assert not w.requires_grad
+
+
+def test_is_weights_scale_each_tokens_surrogate():
+    logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    adv = torch.tensor([[1.0, 1.0]])
+    mask = torch.ones(1, 2)
+    plain, _ = policy_loss(logp, logp.detach(), adv, mask)
+    ones, _ = policy_loss(logp, logp.detach(), adv, mask, is_weights=torch.ones(1, 2))
+    assert ones.item() == pytest.approx(plain.item())
+    half, _ = policy_loss(logp, logp.detach(), adv, mask, is_weights=torch.tensor([[0.5, 1.5]]))
+    assert half.item() == pytest.approx((-0.5 - 1.5) / 2)
+    half.backward()
+    assert logp.grad.tolist()[0] == pytest.approx([-0.25, -0.75])  # d/dlogp of -w * ratio / 2 at ratio 1
