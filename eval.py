@@ -4,6 +4,7 @@
     python eval.py --model_name_or_path MODEL --env math --data_path data/math500/test.jsonl --limit 50 \\
         --n 8 --k 1,4,8 --max_turns 3 --temperature 0.6 --top_p 0.95 --max_new_tokens 512 --output_dir out/eval
     python eval.py ... --compare out/eval_base/results.json                                      # side by side
+    deepspeed --num_gpus 2 eval.py --model_name_or_path MODEL ...              # problems sharded over the ranks
 
 Writes OUTPUT_DIR/results.json ({"metrics", "config", "problems"}), OUTPUT_DIR/success_by_turn.png, and prints a
 markdown table. Metrics are fractions in [0, 1]; `--label L` also prints `L: X` with X = 100 x pass@1.
@@ -46,6 +47,7 @@ def build_parser():
     p.add_argument("--output_dir", default=None, help="results.json and success_by_turn.png go here")
     p.add_argument("--compare", default=None, help="another run's results.json to print side by side")
     p.add_argument("--label", default=None, help="also print `<label>: X` with X = 100 x pass@1")
+    p.add_argument("--local_rank", type=int, default=-1, help="set by the deepspeed launcher")
     return p
 
 
@@ -81,14 +83,29 @@ def eval_rows(args) -> list:
     return rows[:args.limit]
 
 
-def evaluate(model, tokenizer, rows, args) -> list:
-    """Play n episodes per problem; return one record per problem with correct_by_turn and the responses."""
+def init_ranks():
+    """(rank, world size, device). Under the deepspeed (or torchrun) launcher a process group is set up so that
+    every rank evaluates its own shard of the problems and rank 0 gathers them."""
+    from rl import dist
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        dist.init_distributed()
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device(f"cuda:{local}") if torch.cuda.is_available() else torch.device("cpu")
+    return dist.rank(), dist.world_size(), device
+
+
+def evaluate(model, tokenizer, rows, args, show_progress: bool = True, indices: list = None) -> list:
+    """Play n episodes per problem; return one record per problem with correct_by_turn and the responses.
+
+    `indices` are the rows' positions in the whole eval set (a rank's shard), the default id of a row without one.
+    """
+    indices = list(range(len(rows))) if indices is None else indices
     verifier = args.env_cls.make_verifier(answer_key=args.answer_key)
     samples = [(p, row) for p, row in enumerate(rows) for _ in range(args.n)]
-    problems = [{"id": row.get("id", p), "answer": row.get(args.answer_key), "correct_by_turn": [], "responses": []}
-                for p, row in enumerate(rows)]
+    problems = [{"id": row.get("id", i), "answer": row.get(args.answer_key), "correct_by_turn": [], "responses": []}
+                for i, row in zip(indices, rows)]
     done = correct = 0
-    bar = tqdm(total=len(rows), desc="eval", dynamic_ncols=True, mininterval=2.0)
+    bar = tqdm(total=len(rows), desc="eval", dynamic_ncols=True, mininterval=2.0, disable=not show_progress)
     for start in range(0, len(samples), args.batch_size):
         chunk = samples[start:start + args.batch_size]
         envs = [args.env_cls(verifier=verifier, prompt_key=args.prompt_key, answer_key=args.answer_key,
@@ -130,12 +147,21 @@ def main(argv=None):
     validate(args)
     from transformers import AutoModelForCausalLM
 
-    torch.manual_seed(args.seed)
+    rank, world, device = init_ranks()
+    torch.manual_seed(args.seed + rank)  # ranks sample independently
     tokenizer = load_tokenizer(args.model_name_or_path)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, dtype=dtype).eval()
+    model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, dtype=dtype).to(device).eval()
     t0 = time.perf_counter()
-    problems = evaluate(model, tokenizer, eval_rows(args), args)
+    rows = eval_rows(args)
+    mine = list(range(rank, len(rows), world))  # problem i goes to rank i % world
+    problems = evaluate(model, tokenizer, [rows[i] for i in mine], args, show_progress=rank == 0, indices=mine)
+    if world > 1:
+        from rl import dist
+        gathered = {i: p for shard in dist.all_gather_object(list(zip(mine, problems))) for i, p in shard}
+        problems = [gathered[i] for i in range(len(rows))]
+        if rank != 0:
+            return None
     metrics = aggregate(problems, args.ks, args.max_turns)
     config = {k: v for k, v in vars(args).items() if k not in ("env_cls",)}
     config["seconds"] = time.perf_counter() - t0

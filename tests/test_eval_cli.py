@@ -4,7 +4,9 @@ import os
 import subprocess
 import sys
 
-from tests.helpers import REPO_ROOT
+import pytest
+
+from tests.helpers import REPO_ROOT, free_port
 
 
 def run_eval(args):
@@ -39,3 +41,21 @@ def test_multi_turn_sampled_eval_writes_a_valid_results_file(tiny_model_dir, tmp
 def test_k_larger_than_n_is_refused(tiny_model_dir):
     proc = run_eval(["--model_name_or_path", tiny_model_dir, "--n", "2", "--k", "1,4", "--temperature", "1"])
     assert proc.returncode != 0 and "--k 4 is larger than --n 2" in proc.stderr
+
+
+@pytest.mark.slow
+def test_two_ranks_under_the_launcher_shard_problems_and_gather_them_in_order(tiny_model_dir, tmp_path):
+    """Greedy decoding: the gathered 2-rank results equal the 1-process results, problem by problem."""
+    common = ["--model_name_or_path", tiny_model_dir, "--env", "arith", "--limit", "5", "--max_new_tokens", "6"]
+    single = run_eval([*common, "--output_dir", str(tmp_path / "one")])
+    assert single.returncode == 0, single.stderr[-3000:]
+    launcher = os.path.join(os.path.dirname(sys.executable), "deepspeed")
+    sharded = subprocess.run([launcher, "--num_gpus", "2", "--master_port", str(free_port()), "eval.py", *common,
+                              "--output_dir", str(tmp_path / "two")], cwd=REPO_ROOT, capture_output=True, text=True,
+                             env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=REPO_ROOT), timeout=300)
+    assert sharded.returncode == 0, sharded.stdout[-3000:] + sharded.stderr[-3000:]
+    one = json.loads((tmp_path / "one" / "results.json").read_text())
+    two = json.loads((tmp_path / "two" / "results.json").read_text())
+    assert [p["id"] for p in two["problems"]] == [p["id"] for p in one["problems"]] == list(range(5))
+    assert [p["responses"] for p in two["problems"]] == [p["responses"] for p in one["problems"]]
+    assert two["metrics"] == one["metrics"]
