@@ -3,5 +3,6 @@ from envs.base import Env, StepResult, ENVS, env_class, make_env, register_env
 import envs.arith  # noqa: F401  (registers "arith")
 import envs.math_env  # noqa: F401  (registers "math")
 import envs.code_env  # noqa: F401  (registers "code")
+import envs.appworld  # noqa: F401  (registers "appworld")
 
 __all__ = ["Env", "StepResult", "ENVS", "env_class", "make_env", "register_env"]
