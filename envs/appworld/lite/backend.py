@@ -98,10 +98,14 @@ _os.write(1, ("\n" + MARKER + _json.dumps(_result) + "\n").encode())
 '''
 
 
+_AST_LOCK = threading.Lock()
+
+
 def unsafe_reason(code: str):
     """Why `code` may not run (a system module, an introspection builtin, a private attribute), or None."""
     try:
-        tree = ast.parse(code)
+        with _AST_LOCK:  # CPython 3.11's parser is not thread-safe ("AST constructor recursion depth mismatch")
+            tree = ast.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None  # the harness reports the syntax error as a failed cell
     for node in ast.walk(tree):
