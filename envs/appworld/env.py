@@ -140,7 +140,7 @@ class AppWorldEnv(Env):
     def score_turn(self, model_text: str):
         """None: an alternative turn's score depends on the world as it was at that turn, which has moved on
         (so TCPO's counterfactuals skip AppWorld turns instead of counting an error)."""
-        return None
+        return
 
     # ---- data and metrics -----------------------------------------------------------------------------------------
     def episode_record(self) -> dict:

@@ -184,7 +184,6 @@ def complete_task(world, user, answer, status):
     if world.one("SELECT completed FROM task_status")[0]:
         raise ApiError(409, "the task is already complete")
     world.conn.execute("UPDATE task_status SET completed = 1, answer = ?, status = ?", (json.dumps(answer), status))
-    return None
 
 
 app("api_docs", "Documentation of every app and API in this world.")

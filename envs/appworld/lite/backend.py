@@ -148,7 +148,7 @@ class Session:
 
 class LiteBackend:
     """Sessions keyed by task id, like AppWorld's server; one episode at a time per task id per backend."""
-    timeout_s = float(os.environ.get("CREDO_APPWORLD_CELL_TIMEOUT", 5.0))
+    timeout_s = float(os.environ.get("CREDO_APPWORLD_CELL_TIMEOUT", "5"))
     memory_mb = 1024
 
     def __init__(self):
@@ -167,7 +167,9 @@ class LiteBackend:
                 "app_descriptions": [{"name": n, "description": a["description"]} for n, a in apps.APPS.items()]}
 
     def execute(self, task_id: str, code: str) -> str:
-        from rewards.code import execute  # imported here: the HTTP server and tests need nothing else from rewards
+        from rewards.code import (
+            execute,  # imported here: the HTTP server and tests need nothing else from rewards
+        )
         session = self._session(task_id)
         reason = unsafe_reason(code)
         if reason:

@@ -11,9 +11,17 @@ import random
 import zlib
 from collections import Counter
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 
-from envs.appworld.lite.world import WORLD_TABLES, add_request, build_world, load, rows, stamp, supervisor
+from envs.appworld.lite.world import (
+    WORLD_TABLES,
+    add_request,
+    build_world,
+    load,
+    rows,
+    stamp,
+    supervisor,
+)
 
 SPLITS = ("train", "dev", "test")
 SCENARIOS = {}  # name -> (difficulty, split, make(conn, rng, me) -> (instruction, checks, solution cell))
@@ -70,7 +78,7 @@ def task_ids(split: str = None) -> list:
     return [f"{name}_{n}" for name, (_, s, _) in SCENARIOS.items() if split in (None, s) for n in (1, 2, 3)]
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_task(task_id: str) -> Task:
     name, _, n = task_id.rpartition("_")
     if name not in SCENARIOS or n not in ("1", "2", "3"):
