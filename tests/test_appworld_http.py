@@ -99,3 +99,12 @@ def test_server_pool_hands_out_each_server_to_one_episode_at_a_time():
         pool.acquire(timeout_s=0.1)
     threading.Timer(0.2, pool.release, [first]).start()
     assert pool.acquire(timeout_s=5) == first
+
+
+def test_ranks_split_the_servers_between_them():
+    from envs.appworld.client import rank_share
+    urls = ["u0", "u1", "u2", "u3"]
+    assert rank_share(urls, 0, 1) == urls
+    assert rank_share(urls, 0, 2) == ["u0", "u2"] and rank_share(urls, 1, 2) == ["u1", "u3"]
+    with pytest.raises(AppWorldServerError, match="give each rank its own"):
+        rank_share(urls[:1], 0, 2)

@@ -10,6 +10,7 @@ Both backends answer the same five calls:
 endpoint is a POST of JSON whose reply is wrapped as {"output": ...}.
 """
 import json
+import os
 import threading
 import time
 import urllib.error
@@ -74,16 +75,19 @@ class RemoteClient:
 
 class ServerPool:
     """Servers handed out one episode at a time: AppWorld's server keeps one world per task id, so concurrent
-    episodes (a group of G samples of one task) each need their own server (one per rollout worker, as in LOOP)."""
+    episodes (a group of G samples of one task) each need their own server (one per rollout worker, as in LOOP).
+    An episode holds its server from reset to its end, and a rollout resets all its episodes before the first
+    turn: a rank needs as many servers as episodes in flight."""
 
     def __init__(self, urls: list):
         self.free, self.cond = list(urls), threading.Condition()
 
-    def acquire(self, timeout_s: float = 600.0) -> str:
+    def acquire(self, timeout_s: float = 120.0) -> str:
         with self.cond:
             if not self.cond.wait_for(lambda: self.free, timeout=timeout_s):
-                raise AppWorldServerError(f"no AppWorld server became free within {timeout_s:.0f}s; start more "
-                                          "servers or lower --code_workers")
+                raise AppWorldServerError(f"no AppWorld server became free within {timeout_s:.0f}s: a rank needs "
+                                          "one server per episode in flight (prompts x num_generations per rank; "
+                                          "eval.py: --batch_size)")
             return self.free.pop(0)
 
     def release(self, url: str):
@@ -96,9 +100,20 @@ _POOLS = {}
 _POOLS_LOCK = threading.Lock()
 
 
+def rank_share(urls: list, rank: int, world_size: int) -> list:
+    """This rank's servers: every world_size-th URL from position rank, so ranks never share a server."""
+    if world_size <= 1:
+        return urls
+    if len(urls) < world_size:
+        raise AppWorldServerError(f"{len(urls)} AppWorld server(s) for {world_size} ranks: give each rank its own")
+    return urls[rank::world_size]
+
+
 def server_pool(urls: str) -> ServerPool:
-    """The process-wide pool of a comma-separated list of server URLs."""
+    """The process-wide pool of this rank's share of a comma-separated list of server URLs."""
     with _POOLS_LOCK:
         if urls not in _POOLS:
-            _POOLS[urls] = ServerPool([u.strip() for u in urls.split(",") if u.strip()])
+            share = rank_share([u.strip() for u in urls.split(",") if u.strip()], int(os.environ.get("RANK", 0)),
+                               int(os.environ.get("WORLD_SIZE", 1)))
+            _POOLS[urls] = ServerPool(share)
         return _POOLS[urls]
