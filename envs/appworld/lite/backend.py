@@ -148,11 +148,11 @@ class Session:
 
 class LiteBackend:
     """Sessions keyed by task id, like AppWorld's server; one episode at a time per task id per backend."""
-    timeout_s = float(os.environ.get("CREDO_APPWORLD_CELL_TIMEOUT", "5"))
     memory_mb = 1024
 
     def __init__(self):
         self.sessions = {}
+        self.timeout_s = float(os.environ.get("CREDO_APPWORLD_CELL_TIMEOUT", "5"))  # seconds per cell
 
     def _session(self, task_id: str) -> Session:
         if task_id not in self.sessions:

@@ -11,7 +11,7 @@ import random
 import zlib
 from collections import Counter
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import cache
 
 from envs.appworld.lite.world import (
     WORLD_TABLES,
