@@ -112,8 +112,11 @@ def evaluate(model, tokenizer, rows, args, show_progress: bool = True, indices: 
                              max_turns=args.max_turns) for _ in chunk]
         batch = run_episodes(model, tokenizer, envs, [row for _, row in chunk], torch.tensor([p for p, _ in chunk]),
                              lambda env, text: env.step(text), args, {})
-        for (p, _), scores, conversation in zip(chunk, batch.turn_scores.tolist(), batch.conversations):
+        for (p, _), env, scores, conversation in zip(chunk, envs, batch.turn_scores.tolist(), batch.conversations):
             taken = [s for s in scores if s == s]  # drop NaN (turns not taken)
+            record = env.episode_record()  # env-specific extras (AppWorld: task id, checks passed)
+            if record:
+                problems[p].setdefault("episodes", []).append({**record, "sample": len(problems[p]["correct_by_turn"])})
             problems[p]["correct_by_turn"].append([int(s >= 1.0 - 1e-6) for s in taken])
             problems[p]["responses"].append([m["content"] for m in conversation if m["role"] == "assistant"])
             if len(problems[p]["correct_by_turn"]) == args.n:
@@ -163,6 +166,7 @@ def main(argv=None):
         if rank != 0:
             return None
     metrics = aggregate(problems, args.ks, args.max_turns)
+    metrics.update(args.env_cls.eval_metrics([e for p in problems for e in p.get("episodes", [])]))
     config = {k: v for k, v in vars(args).items() if k not in ("env_cls",)}
     config["seconds"] = time.perf_counter() - t0
     result = {"metrics": metrics, "config": config, "problems": problems}

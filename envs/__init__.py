@@ -4,5 +4,6 @@ import envs.arith  # noqa: F401  (registers "arith")
 import envs.math_env  # noqa: F401  (registers "math")
 import envs.code_env  # noqa: F401  (registers "code")
 import envs.mixed  # noqa: F401  (registers "mixed": arithmetic + free-form, for MAESTRO)
+import envs.appworld  # noqa: F401  (registers "appworld")
 
 __all__ = ["Env", "StepResult", "ENVS", "env_class", "make_env", "register_env"]

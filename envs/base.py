@@ -49,6 +49,16 @@ class Env:
         """Rows of an env that generates its own data (arith); None for data-backed envs (math)."""
         return None
 
+    def episode_record(self) -> dict:
+        """What eval.py keeps of a finished episode besides its turn scores ({} for most envs; AppWorld: the task
+        id, its difficulty and the checks passed)."""
+        return {}
+
+    @classmethod
+    def eval_metrics(cls, records: list) -> dict:
+        """Env-specific eval metrics over the episode records of a whole evaluation (AppWorld: TGC, SGC)."""
+        return {}
+
 
 class VerifyAndRefineEnv(Env):
     """Ask; score each answer with the verifier; while it is wrong and turns remain, say so and ask again.

@@ -1,0 +1,176 @@
+"""`--env appworld`: the model drives stateful apps by writing Python, one fenced cell per turn.
+
+reset renders the task (instruction, the supervisor it acts for, the apps, how to discover APIs and finish);
+step runs the reply's ```python block in the task's persistent shell and answers with the (truncated) output and a
+one-line reminder of the task. The episode ends when the model calls apis.supervisor.complete_task(...) or at
+--max_turns. The score of a turn is the fraction of the task's checks that pass in the world as it then is
+(AppWorld's pass_count / num_tests), or 1/0 for full success with CREDO_APPWORLD_SCORE=success.
+
+Settings are environment variables (read when an env is made), so no trainer flag is needed:
+    CREDO_APPWORLD_BACKEND   lite (default: the offline stand-in, in process) or remote (HTTP)
+    CREDO_APPWORLD_URL       remote servers, comma-separated (one episode per server at a time);
+                             default http://127.0.0.1:8000
+    CREDO_APPWORLD_SCORE     fraction (default) or success
+    CREDO_APPWORLD_EVAL_SPLIT  the split eval.py's "eval" means (default: test for lite, test_normal for remote)
+    CREDO_APPWORLD_TASKS_DIR   remote only: a folder with <split>.txt task-id lists (AppWorld's data/datasets)
+"""
+import os
+
+from envs.base import Env, StepResult, register_env
+from envs.code_env import extract_code
+
+NO_CODE = "No ```python code block was found in your reply. Write the code to run in one ```python block."
+GUIDE = """How to work:
+- Each reply runs one ```python code block in a persistent Python shell (variables persist between replies); you
+  see what it prints.
+- Call APIs as apis.<app>.<api>(name=value, ...). List an app's APIs with
+  apis.api_docs.show_api_descriptions(app_name=...) and read one with apis.api_docs.show_api_doc(app_name=..., api_name=...).
+- Log in with apis.<app>.login(username=..., password=...); the passwords are in
+  apis.supervisor.show_account_passwords(). Pass the access_token you get to that app's other APIs.
+- Lists are paginated: page_index (from 0) and page_limit.
+- When the task is done, call apis.supervisor.complete_task(answer=...) with the answer if the task asks a
+  question, else apis.supervisor.complete_task()."""
+
+
+def _setting(name: str, default: str) -> str:
+    return os.environ.get(f"CREDO_APPWORLD_{name}", default)
+
+
+@register_env("appworld")
+class AppWorldEnv(Env):
+    max_output_chars = 2000
+    experiment_name = "credo"
+
+    def __init__(self, verifier=None, prompt_key: str = "problem", answer_key: str = "answer", max_turns: int = 1,
+                 backend: str = None, url: str = None, score: str = None, **unused):
+        super().__init__(verifier=verifier, prompt_key=prompt_key, answer_key=answer_key, max_turns=max_turns)
+        self.backend = backend or _setting("BACKEND", "lite")
+        self.urls = url or _setting("URL", "http://127.0.0.1:8000")
+        self.score_mode = score or _setting("SCORE", "fraction")
+        if self.backend not in ("lite", "remote") or self.score_mode not in ("fraction", "success"):
+            raise ValueError(f"CREDO_APPWORLD_BACKEND must be lite or remote (got {self.backend!r}) and "
+                             f"CREDO_APPWORLD_SCORE fraction or success (got {self.score_mode!r})")
+        self.client, self.lease, self.task_id, self.result = None, None, None, None
+
+    # ---- episode lifecycle ----------------------------------------------------------------------------------------
+    def _open(self):
+        if self.backend == "lite":
+            from envs.appworld.lite.backend import LiteBackend
+            self.client = LiteBackend()
+        else:
+            from envs.appworld.client import RemoteClient, server_pool
+            self.lease = server_pool(self.urls).acquire()
+            self.client = RemoteClient(self.lease)
+
+    def close(self):
+        """End the episode on the server and give the server back (safe to call twice)."""
+        client, lease, self.client, self.lease = self.client, self.lease, None, None
+        try:
+            if client is not None and self.task_id is not None:
+                client.close(self.task_id)
+        finally:
+            if lease is not None:
+                from envs.appworld.client import server_pool
+                server_pool(self.urls).release(lease)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown or a dead server: nothing left to do
+            pass
+
+    def reset(self, sample: dict) -> list:
+        self.close()
+        self.task_id = str(sample.get("task_id") or sample["id"])
+        self.turn, self.result = 0, None
+        self._open()
+        try:
+            task = self.client.initialize(self.task_id, self.experiment_name)
+            self.instruction = task.get("instruction") or sample.get(self.prompt_key, "")
+            self.difficulty = task.get("difficulty", sample.get("difficulty"))
+            apps = task.get("app_descriptions")
+            if apps is None:  # AppWorld's server does not send them with the task: ask its api_docs app
+                apps = self.client.execute(self.task_id, "print(apis.api_docs.show_app_descriptions())")
+        except BaseException:
+            self.close()
+            raise
+        return [{"role": "user", "content": self.render(self.instruction, task.get("supervisor") or {}, apps)}]
+
+    @staticmethod
+    def render(instruction: str, who: dict, apps) -> str:
+        name = " ".join(filter(None, (who.get("first_name"), who.get("last_name")))) or "your supervisor"
+        contact = ", ".join(f"{k.replace('_', ' ')} {who[k]}" for k in ("email", "phone_number") if who.get(k))
+        app_lines = "\n".join(f"- {a['name']}: {a['description']}" for a in apps) if isinstance(apps, list) else apps
+        return (f"You are an AI assistant acting for {name}{f' ({contact})' if contact else ''} in a world of apps "
+                f"that you operate by writing Python code.\n\nTask: {instruction}\n\nApps:\n{app_lines}\n\n{GUIDE}")
+
+    def step(self, model_text: str) -> StepResult:
+        try:
+            return self._step(model_text)
+        except BaseException:
+            self.close()
+            raise
+
+    def _step(self, model_text: str) -> StepResult:
+        code = extract_code(model_text)
+        output = NO_CODE if code is None else self.client.execute(self.task_id, code)
+        self.turn += 1
+        completed = self.client.task_completed(self.task_id)
+        done = completed or self.turn >= self.max_turns
+        self.result = self.client.evaluate(self.task_id)
+        score = self.score(self.result)
+        info = {"turn": self.turn, "task_id": self.task_id, "completed": completed, **self.episode_record()}
+        if done:
+            self.close()
+            return StepResult(observation=[], score=score, components={"correctness": score}, done=True, info=info)
+        feedback = f"{self.truncate(output)}\n\nReminder of the task: {self.instruction}"
+        return StepResult(observation=[{"role": "user", "content": feedback}], score=score,
+                          components={"correctness": score}, done=False, info=info)
+
+    def score(self, result: dict) -> float:
+        if self.score_mode == "success":
+            return float(bool(result["success"]))
+        return result["pass_count"] / result["num_tests"] if result["num_tests"] else float(bool(result["success"]))
+
+    def truncate(self, text: str) -> str:
+        if len(text) <= self.max_output_chars:
+            return text
+        return text[:self.max_output_chars] + f"\n... [{len(text) - self.max_output_chars} more characters cut]"
+
+    def score_turn(self, model_text: str):
+        """None: an alternative turn's score depends on the world as it was at that turn, which has moved on
+        (so TCPO's counterfactuals skip AppWorld turns instead of counting an error)."""
+        return
+
+    # ---- data and metrics -----------------------------------------------------------------------------------------
+    def episode_record(self) -> dict:
+        """The last evaluation of this episode, as eval.py's AppWorld metrics want it."""
+        r = self.result or {"success": False, "pass_count": 0, "num_tests": 0}
+        return {"task_id": self.task_id, "difficulty": r.get("difficulty", getattr(self, "difficulty", None)),
+                "success": bool(r["success"]), "pass_count": r["pass_count"], "num_tests": r["num_tests"]}
+
+    @classmethod
+    def eval_metrics(cls, records: list) -> dict:
+        from rl.evaluation import appworld_metrics
+        return appworld_metrics([r for r in records if r.get("task_id")])
+
+    @classmethod
+    def dataset(cls, split: str, n: int, seed: int):
+        """Task rows {"id", "problem", "answer", "difficulty"} of a split; "eval" means the test split."""
+        remote = _setting("BACKEND", "lite") == "remote"
+        if split == "eval":
+            split = _setting("EVAL_SPLIT", "test_normal" if remote else "test")
+        if remote:
+            folder = os.environ.get("CREDO_APPWORLD_TASKS_DIR")
+            if not folder:
+                return None  # pass --data_path rows with a task_id (or id) field
+            with open(os.path.join(folder, f"{split}.txt")) as f:
+                ids = [line.strip() for line in f if line.strip()]
+            rows = [{"id": t, "problem": t, "answer": ""} for t in ids]
+        else:
+            from envs.appworld.lite.tasks import SPLITS, load_task, task_ids
+            if split not in SPLITS:
+                raise ValueError(f"lite AppWorld splits are {SPLITS} (and eval = test), got {split!r}")
+            rows = [{"id": t, "problem": load_task(t).instruction, "answer": "", "difficulty": load_task(t).difficulty}
+                    for t in task_ids(split)]
+        return rows[:n]
