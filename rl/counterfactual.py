@@ -11,7 +11,8 @@ import time
 
 import torch
 
-from rl.rollout import eos_ids, response_logprobs, sample_turn
+from rl import dist
+from rl.rollout import eos_ids, lockstep, response_logprobs, sample_turn
 
 
 def turn_surprisal(logp: torch.Tensor, turn_ids: torch.Tensor, num_turns: int) -> torch.Tensor:
@@ -43,7 +44,11 @@ def counterfactuals(engine, tokenizer, batch, score_fn, args, timings) -> tuple:
     n, num_turns = batch.turn_scores.shape
     cf = torch.full((n, num_turns), float("nan"))
     candidates = non_improving(batch.turn_scores)
-    if args.tcpo_cf_budget <= 0 or not candidates.any():
+    # Every rank of a ZeRO-3 engine must make the same forward/generate calls (each gathers parameters
+    # collectively), so a rank without candidates still takes part when another rank has some.
+    any_candidates = candidates.any() if not lockstep(engine) else \
+        dist.all_reduce(torch.tensor([float(candidates.any())]), op="max").item() > 0
+    if args.tcpo_cf_budget <= 0 or not any_candidates:
         timings["counterfactual"] = time.perf_counter() - t0
         return cf, 0
     pairs = candidates.nonzero().tolist()

@@ -11,7 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from rl.rollout import encode_prompts, eos_ids, sample_turn_with_logprobs
+from rl import dist
+from rl.rollout import encode_prompts, eos_ids, lockstep, sample_turn_with_logprobs
 from rl.types import Rollout
 
 
@@ -27,6 +28,14 @@ def _feedback(tokenizer, messages: list, rendered_so_far: str):
             "the chat template does not render a conversation as an extension of its earlier turns (e.g. it drops "
             "past reasoning); multi-turn rollouts need a prefix-stable template")
     return tokenizer(full[len(rendered_so_far):], add_special_tokens=False)["input_ids"], full
+
+
+def any_live(engine, live: list) -> bool:
+    """Whether another turn is played. In lockstep (ZeRO-3 on several ranks) the ranks play the same number of
+    turns, a rank whose trajectories all ended joining the others' generate calls with nothing to generate."""
+    if not lockstep(engine):
+        return bool(live)
+    return dist.all_reduce(torch.tensor([float(len(live))]), op="max").item() > 0
 
 
 @torch.no_grad()
@@ -56,7 +65,7 @@ def run_episodes(engine, tokenizer, envs: list, samples: list, group_ids: torch.
     reward_time = 0.0
     live = list(range(n))
     for turn in range(max_turns):
-        if not live:
+        if not any_live(engine, live):
             break
         contexts = [prompts[i] + [t for seg, _ in segments[i] for t in seg] for i in live]
         outputs, logps = sample_turn_with_logprobs(engine, tokenizer, contexts, args, timings)

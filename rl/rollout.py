@@ -70,6 +70,13 @@ def make_rollout_backend(args, engine):
 
 
 @torch.no_grad()
+def lockstep(engine) -> bool:
+    """True when every rank must make the same generate/forward calls: a DeepSpeed engine (ZeRO-3 gathers
+    parameters collectively) on several ranks. A plain module (eval.py, even under the launcher) never waits."""
+    from rl import dist
+    return hasattr(engine, "module") and dist.world_size() > 1
+
+
 def sample_turn(engine, tokenizer, contexts: list, args, timings: dict) -> list:
     """B token lists: each response through its first EOS (or cut at --max_answer_seq_len); see below."""
     return sample_turn_with_logprobs(engine, tokenizer, contexts, args, timings)[0]
@@ -94,6 +101,13 @@ def sample_turn_with_logprobs(engine, tokenizer, contexts: list, args, timings: 
         timings["gather"] = timings.get("gather", 0.0) + sync
         timings["generate"] = timings.get("generate", 0.0) + time.perf_counter() - t0 - sync
         return tokens, logps
+    idle = not contexts
+    if idle:
+        if not lockstep(engine):
+            return [], None
+        # Nothing live on this rank, but the others generate, and under ZeRO-3 generation is collective (the
+        # parameter gather, and HF's synced_gpus loop that runs until every rank is done): join with a dummy.
+        contexts = [[tokenizer.pad_token_id]]
     ids, mask = left_pad(contexts, tokenizer.pad_token_id, engine.device)
     t0 = time.perf_counter()
     with generation_model(engine) as model:
@@ -104,11 +118,14 @@ def sample_turn_with_logprobs(engine, tokenizer, contexts: list, args, timings: 
         sampling = dict(do_sample=True, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k or None) \
             if args.temperature > 0 else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
         sequences = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=args.max_answer_seq_len,
-                                   pad_token_id=tokenizer.pad_token_id, eos_token_id=eos, use_cache=True, **sampling)
+                                   pad_token_id=tokenizer.pad_token_id, eos_token_id=eos, use_cache=True,
+                                   synced_gpus=lockstep(engine), **sampling)
         model.train(was_training)
         t2 = time.perf_counter()
     timings["gather"] = timings.get("gather", 0.0) + (t1 - t0) + (time.perf_counter() - t2)
     timings["generate"] = timings.get("generate", 0.0) + (t2 - t1)
+    if idle:
+        return [], None
     new = sequences[:, ids.shape[1]:]
     keep = response_mask_from_ids(new, eos).sum(-1).long().tolist()
     return [new[i, :keep[i]].tolist() for i in range(len(contexts))], None

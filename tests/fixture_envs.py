@@ -24,3 +24,13 @@ class BrokenVerifierEnv(ArithEnv):
 def half_reward(prompt, completion, sample):
     """A user reward with two components, one of which abstains."""
     return {"half": 0.5, "judge": None}
+
+
+class RankZeroSolvesEnv(ArithEnv):
+    """Every episode on rank 0 is solved at turn 1; on the other ranks every turn fails, so those ranks play all
+    --max_turns turns (and have non-improving turns for TCPO's counterfactuals) while rank 0 has nothing left."""
+
+    @classmethod
+    def make_verifier(cls, **kwargs):
+        import os
+        return lambda prompt, text, sample: 1.0 if os.environ.get("RANK", "0") == "0" else 0.0

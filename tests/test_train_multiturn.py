@@ -41,3 +41,17 @@ def test_turn_level_and_trajectory_methods_on_a_dense_multi_turn_env(algo, tiny_
             assert f"tcpo/{part}" in last
         assert last["tcpo/cf_turns"] == 3.0
         assert 0 < last["time_share/counterfactual"] < 1
+
+
+def test_ranks_stay_in_lockstep_when_one_rank_finishes_its_episodes_early(tiny_model_dir, tmp_path):
+    """ZeRO-3 gathers parameters collectively for every generate: rank 0 (all solved at turn 1, no counterfactual
+    candidates) must keep joining rank 1's later turns and counterfactual sampling instead of hanging the run."""
+    out = str(tmp_path)
+    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--algo", "tcpo",
+                      "--env", "tests.fixture_envs:RankZeroSolvesEnv", "--max_turns", "3", "--max_steps", "1",
+                      "--num_generations", "2", "--per_device_generation_batch_size", "1", "--max_answer_seq_len",
+                      "4", "--no_final_export", "--tcpo_cf_budget", "2", "--tcpo_cf_samples", "2"],
+                     num_ranks=2, timeout=300)
+    assert_ok(proc)
+    row = read_metrics(os.path.join(out, "metrics.jsonl"))[-1]
+    assert row["success_by_turn/1"] == 0.5 and row["avg_turns"] == 2.0  # rank 0: 1 turn each, rank 1: 3 turns each
