@@ -1,0 +1,58 @@
+"""train.py with finer step timers, for the throughput benchmarks: launch it exactly like train.py.
+
+    deepspeed --num_gpus 1 benchmarks/credo_timed_train.py --dtype fp32 ...
+
+The trainer already logs time/{gather,generate,reward,train,step}. This wraps, from outside and without changing
+the training code, the three parts of time/train: the log-prob forward (`rl.trainer.response_logprobs`), the
+engine's backward and its optimizer step, and adds time/logprobs, time/backward, time/optimizer_step to each
+step's metrics. These three are rank 0's own times (the trainer's keys are the slowest rank's).
+"""
+import functools
+import os
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+PHASES = {}
+
+
+def _timed(fn, phase):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            PHASES[phase] = PHASES.get(phase, 0.0) + time.perf_counter() - t0
+    return wrapper
+
+
+def install():
+    import rl.trainer as trainer_module
+    from rl.trainer import Trainer
+
+    # train_on calls the module-level name, so rebinding it times every log-prob forward of the update
+    # (and of the reference / old-policy passes when those run).
+    trainer_module.response_logprobs = _timed(trainer_module.response_logprobs, "logprobs")
+    original_init, original_step = Trainer.__init__, Trainer.train_step
+
+    def init(self, args):
+        original_init(self, args)
+        self.actor.backward = _timed(self.actor.backward, "backward")
+        self.actor.step = _timed(self.actor.step, "optimizer_step")
+
+    def train_step(self):
+        PHASES.clear()
+        metrics = original_step(self)
+        metrics.update({f"time/{k}": v for k, v in PHASES.items()})
+        return metrics
+
+    Trainer.__init__, Trainer.train_step = init, train_step
+
+
+if __name__ == "__main__":
+    install()
+    import train
+    train.main()
