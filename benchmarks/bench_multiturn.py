@@ -78,7 +78,10 @@ def main():
             if not os.path.exists(os.path.join(out, "final", "config.json")):  # finished runs are reused
                 run([deepspeed, "--num_gpus", "1", "--master_port", "29534", "train.py", *flags, "--env", "arith",
                      "--max_turns", str(a.max_turns), "--temperature", str(a.temperature), "--dtype", a.dtype,
-                     "--max_steps", str(a.max_steps), "--seed", str(seed), "--resume", "none", "--output_dir", out],
+                     "--max_steps", str(a.max_steps), "--seed", str(seed), "--resume", "none", "--output_dir", out,
+                     # 4 micro-batches of 8: three turns make long sequences, and the full-vocabulary log-prob
+                     # activations of 32 at once peaked near 11 GB (one run was OOM-killed on a 24 GB machine)
+                     "--per_device_train_micro_batch_size", "8"],
                     os.path.join(out, "train.log"))
             metrics = evaluate(os.path.join(out, "final"), out, a)
             rows = read_metrics(os.path.join(out, "metrics.jsonl"))
