@@ -142,13 +142,13 @@ def response_logprobs(model, input_ids, attention_mask, prompt_len: int, tempera
         (logp Tensor[B, R], entropy Tensor[B, R] detached or None)
     """
     resp_len = input_ids.shape[1] - prompt_len
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids_from_mask(attention_mask),
-                use_cache=False, logits_to_keep=resp_len + 1)
-    logits = out.logits[:, :-1, :].float() / temperature
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids_from_mask(attention_mask),
+                   use_cache=False, logits_to_keep=resp_len + 1).logits[:, :-1, :]
+    logits = logits.float() / temperature  # [B, R, V]: the largest activation of the step
     targets = input_ids[:, prompt_len:]
     logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
     entropy = None
     if with_entropy:
-        with torch.no_grad():
-            entropy = entropy_from_logits(logits)
+        with torch.no_grad():  # a few rows at a time: the softmax temporaries are as large as the logits
+            entropy = torch.cat([entropy_from_logits(rows) for rows in logits.split(4)])
     return logp, entropy

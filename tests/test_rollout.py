@@ -21,3 +21,23 @@ def test_prompts_are_left_padded_chat_encodings(tiny_model_dir):
     assert ids.shape == mask.shape and mask[0, 0] == 0 and mask[1].all()
     text = tok.decode(ids[0][mask[0].bool()])
     assert text == tok.apply_chat_template([{"role": "user", "content": "1+1?"}], tokenize=False, add_generation_prompt=True)
+
+
+def test_response_logprobs_and_entropy_match_a_full_log_softmax(tiny_model_dir):
+    """Only the response positions go through the LM head, and entropy is computed a few rows at a time: the
+    results must equal the plain full-sequence computation."""
+    from transformers import AutoModelForCausalLM
+
+    from rl.rollout import left_pad, response_logprobs
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    torch.manual_seed(0)
+    prompts, _ = left_pad([[5, 6, 7], [8, 9]] * 3, 0, "cpu")
+    input_ids = torch.cat([prompts, torch.randint(4, 60, (6, 4))], 1)
+    mask = torch.ones_like(input_ids)
+    mask[1::2, 0] = 0  # the left padding of the two-token prompts
+    logp, entropy = response_logprobs(model, input_ids, mask, prompts.shape[1], temperature=0.7, with_entropy=True)
+    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+    full = torch.log_softmax(model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids).logits / 0.7, -1)
+    want = full[:, 2:-1].gather(-1, input_ids[:, 3:].unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(logp, want, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(entropy, -(full[:, 2:-1].exp() * full[:, 2:-1]).sum(-1), rtol=1e-4, atol=1e-5)
