@@ -48,6 +48,8 @@ def build_parser():
     p.add_argument("--compare", default=None, help="another run's results.json to print side by side")
     p.add_argument("--label", default=None, help="also print `<label>: X` with X = 100 x pass@1")
     p.add_argument("--local_rank", type=int, default=-1, help="set by the deepspeed launcher")
+    from envs.appworld.flags import add_appworld_flags
+    add_appworld_flags(p)
     return p
 
 
@@ -67,6 +69,8 @@ def validate(args):
         bad(f"--model_name_or_path {args.model_name_or_path} does not exist")
     if args.compare and not os.path.exists(args.compare):
         bad(f"--compare {args.compare} does not exist")
+    from envs.appworld.flags import export_appworld_flags
+    export_appworld_flags(args)
     try:
         args.env_cls = env_class(args.env)
     except KeyError as exc:

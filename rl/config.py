@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--reward_model_name_or_path", default=None,
                    help="sequence-classification reward model for the pref reward (skipped with a warning when unset)")
 
+    from envs.appworld.flags import add_appworld_flags
+    add_appworld_flags(p)
+
     g = p.add_argument_group("optimisation")
     g.add_argument("--actor_learning_rate", type=float, default=2e-5, help="AdamW learning rate")
     g.add_argument("--actor_weight_decay", type=float, default=0.0, help="AdamW weight decay")
@@ -247,6 +250,8 @@ def validate(args) -> None:
     if args.data_path is not None and not os.path.exists(args.data_path):
         bad(f"--data_path {args.data_path} does not exist")
     from envs import env_class  # imported here: envs pulls in the verifiers
+    from envs.appworld.flags import export_appworld_flags
+    export_appworld_flags(args)
     try:
         env_cls = env_class(args.env)
     except KeyError as exc:

@@ -106,3 +106,13 @@ def test_skip_bad_rows_reports_how_many_were_skipped(tmp_path, caplog):
 ])
 def test_bad_reward_flags_are_refused(argv, fragment, tiny_model_dir, capsys):
     assert fragment in _refused(argv + ["--model_name_or_path", tiny_model_dir], capsys)
+
+
+def test_appworld_flags_reach_every_env_the_run_makes(tiny_model_dir, monkeypatch):
+    from envs.appworld.env import AppWorldEnv
+    for name in ("BACKEND", "URL", "SCORE"):
+        monkeypatch.delenv(f"CREDO_APPWORLD_{name}", raising=False)
+    parse_args(["--env", "appworld", "--appworld_score", "success", "--appworld_backend", "lite",
+                "--appworld_url", "http://127.0.0.1:9", "--model_name_or_path", tiny_model_dir])
+    env = AppWorldEnv(max_turns=2)
+    assert (env.backend, env.urls, env.score_mode) == ("lite", "http://127.0.0.1:9", "success")
