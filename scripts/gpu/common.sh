@@ -98,7 +98,7 @@ credo_configure() {
     *) echo "unknown METHOD '$method'" >&2; credo_usage; return 2 ;;
   esac
 
-  DATA=${DATA:-data/math_train/train.jsonl}     # MATH train (7,470 problems): copy from ../shared/data/math_train
+  DATA=${DATA:-data/math_train/train.jsonl}     # MATH train (7,470 problems, data/SOURCES.md)
   OUTPUT=${OUTPUT:-output/${method}_${model}_${deployment}}
   TRAIN_ARGS=(
     "${method_args[@]}"
