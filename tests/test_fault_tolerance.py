@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 # 8 training rows, 2 ranks x 2 prompts: every 2 steps is one pass over the data, so step 2 is an epoch boundary.
 RUN = [*TINY_RUN[:-2], "--num_train_samples", "8", "--max_steps", "4", "--no_final_export"]
-TIMING_KEYS = ("time/", "throughput/")
+TIMING_KEYS = ("time/", "time_share/", "throughput/")
 
 
 def comparable(row):
