@@ -151,6 +151,7 @@ class Trainer:
         sums = {k: 0.0 for k in ("clipfrac", "clipfrac_lower", "approx_kl", "kl", "entropy", "pg_loss", "loss")}
         mismatch = SamplerMismatch(a.vllm_is_correction, a.vllm_is_cap)  # vLLM vs trainer log-probs (+ TIS)
         nonfinite_loss = self._stage0_skipped = False
+        self._stage0_grad_norm = None
         inject_nan = str(self.step + 1) in os.environ.get(FAULT_NAN_LOSS_STEPS_ENV, "").split(",")
         self.actor.train()
         for _ in range(a.ppo_epochs):
@@ -188,6 +189,8 @@ class Trainer:
             out.pop("actor/kl")
         out.update(mismatch.metrics())
         grad_norm = self.actor.get_global_grad_norm()
+        if grad_norm is None:  # DeepSpeed does not report it without ZeRO in fp32: the stage-0 guard measured it
+            grad_norm = self._stage0_grad_norm
         grad_norm = float(grad_norm) if grad_norm is not None else float("nan")
         out["actor/grad_norm"] = grad_norm
         out["actor/lr"] = float(self.actor.get_lr()[0])
@@ -202,7 +205,10 @@ class Trainer:
         """Without ZeRO, DeepSpeed applies any gradient: zero non-finite ones and step with lr 0 (a no-op)."""
         if self.args.actor_zero_stage != 0:
             return
-        finite = all(p.grad is None or torch.isfinite(p.grad).all() for p in self.actor.module.parameters())
+        # the global gradient norm (gradients are already averaged over ranks here), before clipping
+        norms = [p.grad.detach().float().norm() for p in self.actor.module.parameters() if p.grad is not None]
+        self._stage0_grad_norm = float(torch.stack(norms).norm()) if norms else 0.0
+        finite = math.isfinite(self._stage0_grad_norm)
         if dist.all_reduce(torch.tensor([0.0 if finite else 1.0]), op="max").item() == 0:
             return
         for p in self.actor.module.parameters():
