@@ -18,6 +18,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+from benchmarks.results_io import write_results  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -126,13 +127,7 @@ def main(argv=None):
               "torch_threads": torch.get_num_threads(), "machine": machine,
               "command": " ".join([os.path.relpath(sys.executable, REPO), *argv_shown]), "methods": rows}
     _cpu_model(result)
-    os.makedirs(os.path.dirname(os.path.abspath(a.results)), exist_ok=True)
-    with open(a.results + ".json", "w") as f:
-        json.dump(result, f, indent=1)
-    text = report(result)
-    with open(a.results + ".md", "w") as f:
-        f.write(text)
-    print(text)
+    write_results(result, a.results, report)
     return result
 
 

@@ -12,13 +12,13 @@ The first step of each cell is warm-up and is left out.
     .venv/bin/python benchmarks/bench_scaling.py --steps 2 --cells turns=2      # one cell (smoke test)
 """
 import argparse
-import json
 import os
 import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+from benchmarks.results_io import write_results  # noqa: E402
 from benchmarks.bench_vs_trl import MODEL, PROMPTS, machine_info, run_credo, summarise  # noqa: E402
 
 BASE = {"group": 4, "max_new": 48, "turns": 1, "tcpo_cf": None}
@@ -73,13 +73,7 @@ def main():
     machine["loadavg_end"] = os.getloadavg()
     result = {"command": " ".join([os.path.relpath(sys.executable, REPO), *sys.argv]), "machine": machine,
               "date": time.strftime("%Y-%m-%d %H:%M"), "ranks": a.ranks, "steps": a.steps, "base": BASE, "rows": rows}
-    os.makedirs(os.path.dirname(os.path.abspath(a.results)), exist_ok=True)
-    with open(a.results + ".json", "w") as f:
-        json.dump(result, f, indent=1)
-    text = report(result)
-    with open(a.results + ".md", "w") as f:
-        f.write(text)
-    print(text)
+    write_results(result, a.results, report)
 
 
 def report(r: dict) -> str:

@@ -27,6 +27,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+from benchmarks.results_io import write_results  # noqa: E402
 from rl.metrics import read_metrics  # noqa: E402
 
 MODEL = os.path.join(REPO, ".cache", "models", "SmolLM2-135M-Instruct")
@@ -179,13 +180,7 @@ def main():
                            "learning_rate": LR, "beta": 0.0, "dtype": "fp32", "steps": a.steps, "warmup_steps": 1,
                            "trl_gradient_checkpointing": a.trl_gradient_checkpointing, "credo_args": a.credo_args},
               "runs": runs}
-    os.makedirs(os.path.dirname(os.path.abspath(a.results)), exist_ok=True)
-    with open(a.results + ".json", "w") as f:
-        json.dump(result, f, indent=1)
-    text = report(result)
-    with open(a.results + ".md", "w") as f:
-        f.write(text)
-    print(text)
+    write_results(result, a.results, report)
 
 
 def report(result: dict) -> str:

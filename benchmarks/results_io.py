@@ -1,0 +1,15 @@
+"""Writing a benchmark's result: RESULTS.json (the data) and RESULTS.md (its report), and printing the report."""
+import json
+import os
+
+
+def write_results(result: dict, results: str, report) -> str:
+    """report(result) -> markdown text. Returns the text."""
+    os.makedirs(os.path.dirname(os.path.abspath(results)), exist_ok=True)
+    with open(results + ".json", "w") as f:
+        json.dump(result, f, indent=1)
+    text = report(result)
+    with open(results + ".md", "w") as f:
+        f.write(text)
+    print(text)
+    return text
