@@ -18,6 +18,7 @@ import torch
 from tqdm import tqdm
 
 from envs import ENVS, env_class
+from rl.config import DECODE_LOOPS
 from rl.data import load_jsonl_rows
 from rl.episodes import run_episodes
 from rl.evaluation import aggregate, markdown_table
@@ -42,6 +43,8 @@ def build_parser():
                    help="max new tokens per turn")
     p.add_argument("--max_prompt_seq_len", type=int, default=1024)
     p.add_argument("--batch_size", type=int, default=50, help="samples per generate call")
+    p.add_argument("--decode_loop", choices=DECODE_LOOPS, default="credo",
+                   help="credo = rl/decode.py, hf_generate = transformers' model.generate (as in train.py)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
     p.add_argument("--output_dir", default=None, help="results.json and success_by_turn.png go here")

@@ -12,7 +12,8 @@ import time
 import torch
 
 from rl import dist
-from rl.rollout import eos_ids, lockstep, response_logprobs, sample_turn
+from rl.batching import batched_response_logprobs
+from rl.rollout import eos_ids, lockstep, sample_turn
 
 
 def turn_surprisal(logp: torch.Tensor, turn_ids: torch.Tensor, num_turns: int) -> torch.Tensor:
@@ -53,8 +54,8 @@ def counterfactuals(engine, tokenizer, batch, score_fn, args, timings) -> tuple:
         return cf, 0
     pairs = candidates.nonzero().tolist()
     if args.tcpo_cf_select == "topl":
-        logp = torch.cat([response_logprobs(engine, batch.input_ids[s:s + 16], batch.attention_mask[s:s + 16],
-                                            batch.prompt_len, args.temperature)[0] for s in range(0, n, 16)])
+        logp = batched_response_logprobs(engine, batch.input_ids, batch.attention_mask, batch.prompt_len,
+                                         args.temperature, micro=16)
         surprisal = turn_surprisal(logp, batch.turn_ids, num_turns)
         pairs.sort(key=lambda ik: -surprisal[ik[0], ik[1]].item())
     else:

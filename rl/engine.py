@@ -164,7 +164,7 @@ def build_reference(args, world_size: int):
     return engine
 
 
-def _hybrid_engine_active(engine) -> bool:
+def hybrid_engine_active(engine) -> bool:
     return hasattr(engine, "generate") and type(engine).__name__ == "DeepSpeedHybridEngine"
 
 
@@ -185,7 +185,7 @@ def generation_model(engine):
     module = getattr(engine, "module", engine)  # a plain nn.Module (eval, tests) generates as it is
     if module is engine:
         yield module
-    elif _hybrid_engine_active(engine):
+    elif hybrid_engine_active(engine):
         # DeepSpeed-Chat's protocol: engine.eval() swaps the inference kernels in (module.generate is already the
         # hybrid engine's), engine.train() swaps the training forwards back.
         was_training = engine.training

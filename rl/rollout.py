@@ -3,7 +3,8 @@ import time
 
 import torch
 
-from rl.engine import generation_model
+from rl.decode import sample_batch
+from rl.engine import hybrid_engine_active, generation_model
 from rl.loss import entropy_from_logits
 
 
@@ -106,7 +107,7 @@ def sample_turn_with_logprobs(engine, tokenizer, contexts: list, args, timings: 
         if not lockstep(engine):
             return [], None
         # Nothing live on this rank, but the others generate, and under ZeRO-3 generation is collective (the
-        # parameter gather, and HF's synced_gpus loop that runs until every rank is done): join with a dummy.
+        # parameter gather; with --decode_loop hf_generate also HF's synced_gpus loop): join with a dummy.
         contexts = [[tokenizer.pad_token_id]]
     ids, mask = left_pad(contexts, tokenizer.pad_token_id, engine.device)
     t0 = time.perf_counter()
@@ -114,21 +115,31 @@ def sample_turn_with_logprobs(engine, tokenizer, contexts: list, args, timings: 
         t1 = time.perf_counter()
         was_training = model.training
         model.eval()
-        # temperature 0 = greedy (evaluation); training always samples (--temperature > 0 is enforced)
-        sampling = dict(do_sample=True, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k or None) \
-            if args.temperature > 0 else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
-        sequences = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=args.max_answer_seq_len,
-                                   pad_token_id=tokenizer.pad_token_id, eos_token_id=eos, use_cache=True,
-                                   synced_gpus=lockstep(engine), **sampling)
+        if getattr(args, "decode_loop", "credo") == "credo" and not hybrid_engine_active(engine):
+            # temperature 0 = greedy (evaluation); training always samples (--temperature > 0 is enforced)
+            responses = sample_batch(model, ids, mask, args.max_answer_seq_len, eos, args.temperature,
+                                     top_k=args.top_k or None, top_p=args.top_p)
+        else:
+            responses = _hf_generate(model, ids, mask, eos, tokenizer.pad_token_id, args, lockstep(engine))
         model.train(was_training)
         t2 = time.perf_counter()
     timings["gather"] = timings.get("gather", 0.0) + (t1 - t0) + (time.perf_counter() - t2)
     timings["generate"] = timings.get("generate", 0.0) + (t2 - t1)
     if idle:
         return [], None
+    return responses, None
+
+
+def _hf_generate(model, ids, mask, eos, pad_token_id, args, synced_gpus: bool) -> list:
+    """The same responses from transformers' `generate` (--decode_loop hf_generate; DeepSpeed's hybrid engine)."""
+    sampling = dict(do_sample=True, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k or None) \
+        if args.temperature > 0 else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
+    sequences = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=args.max_answer_seq_len,
+                               pad_token_id=pad_token_id, eos_token_id=eos, use_cache=True, synced_gpus=synced_gpus,
+                               **sampling)
     new = sequences[:, ids.shape[1]:]
     keep = response_mask_from_ids(new, eos).sum(-1).long().tolist()
-    return [new[i, :keep[i]].tolist() for i in range(len(contexts))], None
+    return [new[i, :keep[i]].tolist() for i in range(len(ids))]
 
 
 def response_logprobs(model, input_ids, attention_mask, prompt_len: int, temperature: float, with_entropy: bool = False):

@@ -22,6 +22,7 @@ from rl.loss import policy_loss
 from rl.metrics import MetricsLogger
 from rl.models import load_tokenizer
 from rl.episodes import run_episodes
+from rl.batching import batched_response_logprobs, micro_batches
 from rl.rollout import make_rollout_backend, response_logprobs
 from rl.rollout_vllm import SamplerMismatch
 from rl.errors import RewardFailure, TrainingAborted
@@ -155,15 +156,15 @@ class Trainer:
         inject_nan = str(self.step + 1) in os.environ.get(FAULT_NAN_LOSS_STEPS_ENV, "").split(",")
         self.actor.train()
         for _ in range(a.ppo_epochs):
-            for start in range(0, n, micro):
-                sl = slice(start, start + micro)
-                mask = batch.response_mask[sl]
-                logp, entropy = response_logprobs(self.actor, batch.input_ids[sl], batch.attention_mask[sl],
-                                                  batch.prompt_len, a.temperature, with_entropy=True)
-                old = batch.old_logp[sl] if batch.old_logp is not None else logp.detach()
-                ref = batch.ref_logp[sl] if batch.ref_logp is not None else None
-                is_w = mismatch.weights(old, None if batch.rollout_logp is None else batch.rollout_logp[sl], mask)
-                loss, stats = policy_loss(logp, old, batch.token_advantages(sl), mask,
+            for mb in micro_batches(batch.attention_mask, batch.prompt_len, micro):
+                mask = mb.response(batch.response_mask)
+                logp, entropy = response_logprobs(self.actor, *mb.sequences(batch.input_ids, batch.attention_mask),
+                                                  mb.prompt_len, a.temperature, with_entropy=True)
+                old = mb.response(batch.old_logp) if batch.old_logp is not None else logp.detach()
+                ref = mb.response(batch.ref_logp) if batch.ref_logp is not None else None
+                is_w = mismatch.weights(old, None if batch.rollout_logp is None else mb.response(batch.rollout_logp),
+                                        mask)
+                loss, stats = policy_loss(logp, old, mb.response(batch.token_advantages(mb.rows)), mask,
                                           a.clip_ratio_low, a.clip_ratio_high, a.clip_ratio_c, a.loss_agg_mode,
                                           ref_logp=ref, beta=a.beta, kl_type=a.kl_type, is_weights=is_w, **agg)
                 if inject_nan:
@@ -237,11 +238,9 @@ class Trainer:
         gathered = dist.all_gather_cat(x.detach().float().cpu())
         return gathered.mean().item(), gathered.std().item() if len(gathered) > 1 else 0.0
 
-    @torch.no_grad()
     def _no_grad_logprobs(self, engine, batch, micro):
-        parts = [response_logprobs(engine, batch.input_ids[s:s + micro], batch.attention_mask[s:s + micro],
-                                   batch.prompt_len, self.args.temperature)[0] for s in range(0, len(batch), micro)]
-        return torch.cat(parts, dim=0)
+        return batched_response_logprobs(engine, batch.input_ids, batch.attention_mask, batch.prompt_len,
+                                         self.args.temperature, micro)
 
     def train_step(self) -> dict:
         timings = {}

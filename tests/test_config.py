@@ -61,7 +61,14 @@ def test_bad_flags_are_refused_at_parse_time(argv, fragment, tiny_model_dir, cap
 
 def test_defaults_fill_the_micro_batch_and_tensorboard_path(tiny_model_dir):
     args = parse_args(["--model_name_or_path", tiny_model_dir, "--output_dir", "o"])
-    assert args.per_device_train_micro_batch_size == args.per_device_generation_batch_size * args.num_generations
+    assert args.per_device_generation_batch_size * args.num_generations == 32
+    assert args.per_device_train_micro_batch_size == 8  # the largest divisor of 32 up to 8
+    odd = parse_args(["--model_name_or_path", tiny_model_dir, "--output_dir", "o",
+                      "--per_device_generation_batch_size", "3", "--num_generations", "2"])
+    assert odd.per_device_train_micro_batch_size == 6
+    seven = parse_args(["--model_name_or_path", tiny_model_dir, "--output_dir", "o",
+                        "--per_device_generation_batch_size", "7", "--num_generations", "2"])
+    assert seven.per_device_train_micro_batch_size == 7
     assert args.tensorboard_path == "o/tensorboard"
     assert build_parser().get_default("actor_zero_stage") == 3
 

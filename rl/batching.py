@@ -1,0 +1,67 @@
+"""Length-sorted micro-batches trimmed to their own padding: the update's forwards skip most pad tokens.
+
+A rollout batch is one [N, P + R] block: prompts left-padded to the longest prompt P, responses right-padded to the
+longest response R. With responses of 16 tokens on average and 48 at most, two thirds of the response columns are
+padding. Sorting the rows by length before cutting micro-batches puts short responses together, and each
+micro-batch then drops the columns that are padding in all of its rows (verl's dynamic batch size does the same
+with a token budget; here the number of micro-batches stays fixed, as DeepSpeed's gradient accumulation needs).
+Token-level results are unchanged: only columns with no real token are dropped.
+"""
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class MicroBatch:
+    rows: torch.Tensor  # Tensor[b] long, rows of the rollout batch
+    first_col: int      # first column kept (the micro-batch's least left padding)
+    prompt_len: int     # P minus the dropped left columns: where the response part starts in the trimmed rows
+    resp_len: int       # response columns kept (through the last real token of the micro-batch)
+
+    def sequences(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple:
+        """The trimmed [b, prompt_len + resp_len] input_ids and attention_mask."""
+        end = self.first_col + self.prompt_len + self.resp_len
+        return input_ids[self.rows, self.first_col:end], attention_mask[self.rows, self.first_col:end]
+
+    def response(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Rows and kept columns of a response-aligned Tensor[N, R, ...]."""
+        return tensor[self.rows, :self.resp_len]
+
+
+def micro_batches(attention_mask: torch.Tensor, prompt_len: int, micro: int) -> list:
+    """N // micro micro-batches of `micro` rows, sorted by response extent (stable, so deterministic).
+
+    Args:
+        attention_mask: Tensor[N, P + R] (left-padded prompt, right-padded response part); prompt_len: P.
+    Returns:
+        list of MicroBatch, covering every row once.
+    """
+    n = attention_mask.shape[0]
+    mask = attention_mask.bool().cpu()
+    response = mask[:, prompt_len:]
+    columns = torch.arange(response.shape[1])
+    # response columns each row needs: through its last attended token (feedback turns included)
+    extent = torch.where(response, columns + 1, 0).amax(dim=1) if response.shape[1] else torch.zeros(n, dtype=torch.long)
+    left_pad = (~mask[:, :prompt_len]).long().cumprod(dim=1).sum(dim=1)  # leading zeros of each prompt
+    order = torch.argsort(extent * (prompt_len + 1) + (prompt_len - left_pad), stable=True)
+    out = []
+    for start in range(0, n, micro):
+        rows = order[start:start + micro]
+        first = int(left_pad[rows].min())
+        out.append(MicroBatch(rows=rows.to(attention_mask.device), first_col=first, prompt_len=prompt_len - first,
+                              resp_len=max(int(extent[rows].max()), 1)))
+    return out
+
+
+@torch.no_grad()
+def batched_response_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int,
+                              temperature: float, micro: int) -> torch.Tensor:
+    """Response log-probs of a whole batch, `micro` rows per forward. Tensor[N, P + R] -> Tensor[N, R] (0 on
+    padding). The same forwards on every rank for the same N (ZeRO-3 gathers parameters collectively)."""
+    from rl.rollout import response_logprobs
+    out = torch.zeros(input_ids.shape[0], input_ids.shape[1] - prompt_len, device=input_ids.device)
+    for mb in micro_batches(attention_mask, prompt_len, micro):
+        logp = response_logprobs(model, *mb.sequences(input_ids, attention_mask), mb.prompt_len, temperature)[0]
+        out[mb.rows, :mb.resp_len] = logp.to(out.dtype)
+    return out

@@ -1,0 +1,53 @@
+"""rl/batching.py: length-sorted, trimmed micro-batches change no result, only the padding computed."""
+import torch
+
+from rl.batching import batched_response_logprobs, micro_batches
+from rl.loss import policy_loss
+from rl.rollout import left_pad, response_logprobs
+
+
+def _batch(seed=0):
+    """8 rows: prompts of 1-5 tokens (left-padded), responses of 1-7 tokens (right-padded)."""
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(4, 60, (int(n),), generator=g).tolist() for n in torch.randint(1, 6, (8,), generator=g)]
+    ids, mask = left_pad(prompts, 0, "cpu")
+    lengths = torch.randint(1, 8, (8,), generator=g)
+    resp = torch.randint(4, 60, (8, int(lengths.max())), generator=g)
+    resp_mask = (torch.arange(resp.shape[1])[None] < lengths[:, None]).long()
+    return torch.cat([ids, resp * resp_mask], 1), torch.cat([mask, resp_mask], 1), ids.shape[1], resp_mask.float()
+
+
+def test_micro_batches_cover_every_row_once_and_drop_only_padding():
+    input_ids, attention_mask, p, resp_mask = _batch()
+    mbs = micro_batches(attention_mask, p, micro=3)
+    assert [len(mb.rows) for mb in mbs] == [3, 3, 2]
+    assert sorted(torch.cat([mb.rows for mb in mbs]).tolist()) == list(range(8))
+    for mb in mbs:
+        ids, mask = mb.sequences(input_ids, attention_mask)
+        assert mask.sum() == attention_mask[mb.rows].sum()  # every real token kept
+        assert mb.response(resp_mask).sum() == resp_mask[mb.rows].sum()
+    # sorted by length: the shortest responses share the first micro-batch, which is narrower than the batch
+    assert mbs[0].resp_len < mbs[-1].resp_len == resp_mask.shape[1]
+
+
+def test_trimmed_log_probs_and_gradients_equal_the_whole_padded_batch(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    input_ids, attention_mask, p, resp_mask = _batch(seed=1)
+    full, _ = response_logprobs(model, input_ids, attention_mask, p, temperature=0.7)
+    trimmed = batched_response_logprobs(model, input_ids, attention_mask, p, temperature=0.7, micro=3)
+    torch.testing.assert_close(trimmed * resp_mask, full.detach() * resp_mask, rtol=1e-4, atol=1e-5)
+
+    adv = torch.linspace(-1, 1, 8)[:, None].expand_as(resp_mask)
+    tokens = float(resp_mask.sum())
+
+    def grads(micro):
+        model.zero_grad()
+        for mb in micro_batches(attention_mask, p, micro):
+            logp, _ = response_logprobs(model, *mb.sequences(input_ids, attention_mask), mb.prompt_len, 0.7)
+            loss, _ = policy_loss(logp, logp.detach(), mb.response(adv), mb.response(resp_mask), 0.2, 0.28, 3.0,
+                                  "token-mean", num_tokens=tokens)
+            loss.backward()
+        return torch.cat([q.grad.flatten() for q in model.parameters()])
+
+    torch.testing.assert_close(grads(3), grads(8), rtol=1e-4, atol=1e-6)

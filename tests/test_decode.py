@@ -1,0 +1,54 @@
+"""rl/decode.py: the sampling loop that drops finished responses from the batch."""
+import torch
+
+from rl.decode import logits_warpers, sample_batch, sample_from_logits
+from rl.rollout import left_pad
+
+
+def test_inverse_cdf_sampling_draws_from_the_softmax():
+    """20000 draws from a 5-token distribution (one token cut to -inf): frequencies within 4 standard errors of
+    the probabilities, and the cut token never drawn."""
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, float("-inf")]]).repeat(20000, 1)
+    gen = torch.Generator().manual_seed(0)
+    draws = sample_from_logits(logits, generator=gen)
+    freq = torch.bincount(draws, minlength=5).float() / len(draws)
+    probs = torch.softmax(logits[0], -1)
+    stderr = (probs * (1 - probs) / len(draws)).sqrt()
+    assert freq[4] == 0
+    assert ((freq - probs).abs() <= 4 * stderr + 1e-9).all(), (freq, probs)
+
+
+def test_warpers_are_hf_generates_top_k_and_top_p():
+    logits = torch.tensor([[4.0, 3.0, 2.0, 1.0, 0.0]])
+    top2 = logits_warpers(1.0, top_k=2, top_p=None)(None, logits.clone())
+    assert torch.isinf(top2[0, 2:]).all() and torch.isfinite(top2[0, :2]).all()
+    nucleus = logits_warpers(1.0, top_k=None, top_p=0.5)(None, logits.clone())  # p(4.0) = 0.64 covers 0.5
+    assert torch.isfinite(nucleus[0]).sum() == 1
+    hot = logits_warpers(0.5, top_k=None, top_p=1.0)(None, logits.clone())
+    torch.testing.assert_close(hot, logits / 0.5)
+
+
+def test_greedy_responses_equal_hf_generate_while_rows_finish_at_different_steps():
+    """Rows leave the batch (and the KV cache) as they end; the rest must decode exactly as HF generate does.
+    A random Llama with large weights, so that greedy decoding does not just repeat one token."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, initializer_range=0.5, pad_token_id=0)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    prompts = [[5, 6, 7, 8], [9, 10], [11, 12, 13], [14], [15, 16, 17, 18, 19], [20, 21]]
+    ids, mask = left_pad(prompts, 0, "cpu")
+    with torch.no_grad():
+        free = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=12, pad_token_id=0,
+                              eos_token_id=[63]).tolist()
+    free = [row[ids.shape[1]:] for row in free]
+    eos = sorted({free[0][2], free[2][4], free[4][6]})  # tokens that end some rows early and others later
+    with torch.no_grad():
+        want = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=12, pad_token_id=0,
+                              eos_token_id=eos).tolist()
+    responses = sample_batch(model, ids, mask, 12, eos, temperature=0.0)
+    for i, (got, row) in enumerate(zip(responses, want)):
+        row = row[ids.shape[1]:]
+        stop = next((j for j, t in enumerate(row) if t in eos), len(row) - 1)
+        assert got == row[:stop + 1], i
+    assert len({len(r) for r in responses}) >= 3  # rows did finish at different steps
