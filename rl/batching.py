@@ -25,8 +25,28 @@ class MicroBatch:
         return input_ids[self.rows, self.first_col:end], attention_mask[self.rows, self.first_col:end]
 
     def response(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Rows and kept columns of a response-aligned Tensor[N, R, ...]."""
-        return tensor[self.rows, :self.resp_len]
+        """Rows and kept columns of a response-aligned Tensor[N, R, ...]; None stays None."""
+        return None if tensor is None else tensor[self.rows, :self.resp_len]
+
+    def of(self, batch) -> "MicroRollout":
+        """This micro-batch's slice of every per-token tensor of a rl.types.Rollout (advantages per token)."""
+        input_ids, attention_mask = self.sequences(batch.input_ids, batch.attention_mask)
+        return MicroRollout(input_ids, attention_mask, self.prompt_len, self.response(batch.response_mask),
+                            self.response(batch.token_advantages(slice(None))), self.response(batch.old_logp),
+                            self.response(batch.ref_logp), self.response(batch.rollout_logp))
+
+
+@dataclass
+class MicroRollout:
+    """The tensors one forward/backward of the update needs: b rows, trimmed to r response columns."""
+    input_ids: torch.Tensor        # Tensor[b, prompt_len + r]
+    attention_mask: torch.Tensor   # Tensor[b, prompt_len + r]
+    prompt_len: int
+    response_mask: torch.Tensor    # Tensor[b, r]
+    advantages: torch.Tensor       # Tensor[b, r] per-token advantages
+    old_logp: torch.Tensor = None  # Tensor[b, r] or None (then the current policy's, detached)
+    ref_logp: torch.Tensor = None
+    rollout_logp: torch.Tensor = None
 
 
 def micro_batches(attention_mask: torch.Tensor, prompt_len: int, micro: int) -> list:

@@ -156,17 +156,15 @@ class Trainer:
         inject_nan = str(self.step + 1) in os.environ.get(FAULT_NAN_LOSS_STEPS_ENV, "").split(",")
         self.actor.train()
         for _ in range(a.ppo_epochs):
-            for mb in micro_batches(batch.attention_mask, batch.prompt_len, micro):
-                mask = mb.response(batch.response_mask)
-                logp, entropy = response_logprobs(self.actor, *mb.sequences(batch.input_ids, batch.attention_mask),
-                                                  mb.prompt_len, a.temperature, with_entropy=True)
-                old = mb.response(batch.old_logp) if batch.old_logp is not None else logp.detach()
-                ref = mb.response(batch.ref_logp) if batch.ref_logp is not None else None
-                is_w = mismatch.weights(old, None if batch.rollout_logp is None else mb.response(batch.rollout_logp),
-                                        mask)
-                loss, stats = policy_loss(logp, old, mb.response(batch.token_advantages(mb.rows)), mask,
+            for part in (mb.of(batch) for mb in micro_batches(batch.attention_mask, batch.prompt_len, micro)):
+                mask = part.response_mask
+                logp, entropy = response_logprobs(self.actor, part.input_ids, part.attention_mask, part.prompt_len,
+                                                  a.temperature, with_entropy=True)
+                old = part.old_logp if part.old_logp is not None else logp.detach()
+                is_w = mismatch.weights(old, part.rollout_logp, mask)
+                loss, stats = policy_loss(logp, old, part.advantages, mask,
                                           a.clip_ratio_low, a.clip_ratio_high, a.clip_ratio_c, a.loss_agg_mode,
-                                          ref_logp=ref, beta=a.beta, kl_type=a.kl_type, is_weights=is_w, **agg)
+                                          ref_logp=part.ref_logp, beta=a.beta, kl_type=a.kl_type, is_weights=is_w, **agg)
                 if inject_nan:
                     loss = loss * float("nan")
                 nonfinite_loss |= not bool(torch.isfinite(loss.detach()))

@@ -51,3 +51,28 @@ def test_trimmed_log_probs_and_gradients_equal_the_whole_padded_batch(tiny_model
         return torch.cat([q.grad.flatten() for q in model.parameters()])
 
     torch.testing.assert_close(grads(3), grads(8), rtol=1e-4, atol=1e-6)
+
+
+def test_each_micro_batch_carries_its_own_rows_advantages_and_log_probs():
+    """Rows are reordered by length: every per-row tensor must follow its row (response- and turn-level)."""
+    from rl.types import Rollout
+    input_ids, attention_mask, p, resp_mask = _batch(seed=2)
+    n, r = resp_mask.shape
+    turn_ids = torch.where(resp_mask.bool(), (torch.arange(r) >= 3).long().expand(n, r), -1)
+    batch = Rollout(input_ids=input_ids, attention_mask=attention_mask, response_mask=resp_mask, prompt_len=p,
+                    group_ids=torch.arange(n), completions=[""] * n, samples=[{}] * n, turn_ids=turn_ids,
+                    old_logp=torch.arange(n * r, dtype=torch.float).view(n, r))
+    for advantages in (torch.arange(n, dtype=torch.float) + 1,                           # one per response
+                       torch.stack([torch.arange(n) + 1.0, -(torch.arange(n) + 1.0)], 1)):  # one per turn
+        batch.advantages = advantages
+        seen = set()
+        for mb in micro_batches(attention_mask, p, micro=3):
+            part = mb.of(batch)
+            for j, row in enumerate(mb.rows.tolist()):
+                seen.add(row)
+                want = batch.token_advantages(slice(row, row + 1))[0, :mb.resp_len]
+                assert torch.equal(part.advantages[j], want), (row, part.advantages[j], want)
+                assert torch.equal(part.old_logp[j], batch.old_logp[row, :mb.resp_len])
+                assert torch.equal(part.response_mask[j], resp_mask[row, :mb.resp_len])
+                assert part.ref_logp is None and part.rollout_logp is None
+        assert seen == set(range(n))
