@@ -3,6 +3,7 @@
 One invocation runs, one after another on the same cores and for the same number of steps:
   - trl:          TRL GRPOTrainer (benchmarks/trl_grpo_runner.py), one process, torch threads = all cores;
   - credo-1rank:  train.py under the `deepspeed` launcher, 1 rank, ZeRO-3, OMP threads = all cores;
+  - credo-1rank-zero0: the same with --actor_zero_stage 0 (nothing to partition on one rank);
   - credo-2rank:  the same with 2 ranks (ZeRO-3), OMP threads = cores / 2 each, 4 prompts per rank.
 Task: SmolLM2-135M-Instruct, single-digit arith prompts (benchmarks/bench_envs.py), 8 prompts x 4 completions per
 step, at most 48 new tokens, temperature 0.7, lr 1e-5, beta 0, one update per batch, fp32. The first step of
@@ -35,7 +36,10 @@ ENV = "benchmarks.bench_envs:SingleDigitArithEnv"
 PROMPTS, GROUP, MAX_NEW, TEMPERATURE, LR = 8, 4, 48, 0.7, 1e-5
 # credo's phase keys, in step order (logprobs/backward/optimizer_step are parts of train, from credo_timed_train.py)
 PHASES = ("gather", "generate", "reward", "counterfactual", "train", "logprobs", "backward", "optimizer_step")
-RUNNERS = ("trl", "credo-1rank", "credo-2rank")
+# credo runners: name -> (ranks, ZeRO stage). On one rank ZeRO-3 partitions nothing but still gathers every layer per
+# micro-batch and copies gradients into partitions; stage 0 is the plain data-parallel engine.
+CREDO_RUNNERS = {"credo-1rank": (1, 3), "credo-1rank-zero0": (1, 0), "credo-2rank": (2, 3)}
+RUNNERS = ("trl", *CREDO_RUNNERS)
 
 
 def free_port() -> int:
@@ -165,9 +169,10 @@ def main():
             runs[name] = run_trl(os.path.join(a.out, name), a.steps, a.seed, a.threads, a.trl_gradient_checkpointing,
                                  a.model, a.max_new_tokens)
         else:
-            ranks = 1 if name == "credo-1rank" else 2
+            ranks, stage = CREDO_RUNNERS[name]
             runs[name] = run_credo(os.path.join(a.out, name), a.steps, a.seed, ranks, max(1, a.threads // ranks),
-                                   PROMPTS // ranks, extra, a.plain, max_new=a.max_new_tokens, model=a.model)
+                                   PROMPTS // ranks, extra, a.plain, zero_stage=stage, max_new=a.max_new_tokens,
+                                   model=a.model)
         runs[name]["summary"] = summarise(runs[name])
         s = runs[name]["summary"]
         print(f"{name}: {s['s_per_step']:.2f} s/step, {s['generated_tokens_per_s']:.1f} generated tokens/s "
