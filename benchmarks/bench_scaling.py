@@ -1,8 +1,8 @@
 """How credo's step time grows with group size, response length and number of turns (issue 10's small table).
 
-Each cell is a short train.py run (benchmarks/credo_timed_train.py, 1 rank ZeRO-3 by default) on the single-digit
-arith task of bench_vs_trl.py, 8 prompts per step, fp32; one factor varies from the base cell (G 4, 48 new tokens,
-1 turn). Multi-turn cells are trajectory GRPO with --max_turns (a wrong answer gets feedback and another try).
+Each cell is a short train.py run (benchmarks/credo_timed_train.py; 1 rank, ZeRO-3 unless --zero_stage) on the
+single-digit arith task of bench_vs_trl.py, 8 prompts per step, fp32; one factor varies from the base cell (G 4,
+48 new tokens, 1 turn). Multi-turn cells are trajectory GRPO with --max_turns (a wrong answer gets feedback and another try).
 The tcpo_cf cells measure TCPO's counterfactual overhead (paper: 1.03 to 1.05x): --algo tcpo over 3 turns with
 --tcpo_cf_budget 0 (none) and 5 (the default); the ratio of their step times is the overhead, and
 tcpo/cf_time_share is the trainer's own share of the step spent on counterfactuals.
@@ -44,6 +44,7 @@ def main():
     p.add_argument("--steps", type=int, default=4, help="steps per cell; the first is warm-up")
     p.add_argument("--cells", default="", help="comma list of FACTOR=VALUE (group, max_new, turns); default all")
     p.add_argument("--ranks", type=int, default=1)
+    p.add_argument("--zero_stage", type=int, choices=(0, 1, 2, 3), default=3, help="--actor_zero_stage of every cell")
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--model", default=MODEL, help="HF model folder (another than the default only for smoke tests)")
@@ -64,15 +65,16 @@ def main():
         if key not in done:  # the base cell appears once per factor: run it once
             name = f"g{key[0]}_len{key[1]}_t{key[2]}" + ("" if key[3] is None else f"_tcpo_cf{key[3]}")
             run = run_credo(os.path.join(a.out, name), a.steps, a.seed, a.ranks, max(1, a.threads // a.ranks),
-                            PROMPTS // a.ranks, extra=extra, max_new=cfg["max_new"], group=cfg["group"],
-                            model=a.model)
+                            PROMPTS // a.ranks, extra=extra, zero_stage=a.zero_stage, max_new=cfg["max_new"],
+                            group=cfg["group"], model=a.model)
             done[key] = {"config": cfg, "summary": summarise(run), "command": run["command"]}
             s = done[key]["summary"]
             print(f"{name}: {s['s_per_step']:.2f} s/step, {s['tokens_per_step']:.0f} tokens/step", flush=True)
         rows.append({"factor": factor, "value": value, **done[key]})
     machine["loadavg_end"] = os.getloadavg()
     result = {"command": " ".join([os.path.relpath(sys.executable, REPO), *sys.argv]), "machine": machine,
-              "date": time.strftime("%Y-%m-%d %H:%M"), "ranks": a.ranks, "steps": a.steps, "base": BASE, "rows": rows}
+              "date": time.strftime("%Y-%m-%d %H:%M"), "ranks": a.ranks, "zero_stage": a.zero_stage, "steps": a.steps,
+              "base": BASE, "rows": rows}
     write_results(result, a.results, report)
 
 
@@ -80,7 +82,7 @@ def report(r: dict) -> str:
     m = r["machine"]
     lines = [f"# credo step time vs group size, response length, turns ({r['date']})", "",
              f"Command: `{r['command']}`", "",
-             f"{m['cpu']}, {m['cores']} cores, {r['ranks']} rank(s), "
+             f"{m['cpu']}, {m['cores']} cores, {r['ranks']} rank(s), ZeRO stage {r.get('zero_stage', 3)}, "
              f"load average {m['loadavg_start'][0]:.2f} at start, "
              f"{m['loadavg_end'][0]:.2f} at end; {PROMPTS} prompts per step, fp32, {r['steps'] - 1} measured step(s) "
              f"per cell after one warm-up. Base cell: G {r['base']['group']}, {r['base']['max_new']} new tokens, "
