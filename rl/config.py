@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("rollout backend (GPU)")
     g.add_argument("--decode_loop", choices=DECODE_LOOPS, default="credo",
                    help="with --rollout_backend hf: credo = rl/decode.py (drops finished responses from the batch, "
-                        "HF's logits warpers, inverse-CDF sampling; 1.4x faster generation on CPU); hf_generate = "
+                        "HF's logits warpers, inverse-CDF sampling; 1.5x faster on the CPU default: benchmarks/results/decode_loop.md); hf_generate = "
                         "transformers' model.generate. The hybrid engine always uses its own generate")
     g.add_argument("--rollout_backend", choices=("hf", "vllm"), default="hf",
                    help="hf: the actor generates (ZeRO-3 gathered once, HF generate; or --enable_hybrid_engine); "
