@@ -28,14 +28,18 @@ def test_warpers_are_hf_generates_top_k_and_top_p():
     torch.testing.assert_close(hot, logits / 0.5)
 
 
-def test_greedy_responses_equal_hf_generate_while_rows_finish_at_different_steps():
-    """Rows leave the batch (and the KV cache) as they end; the rest must decode exactly as HF generate does.
-    A random Llama with large weights, so that greedy decoding does not just repeat one token."""
+def _lively_llama():
+    """A random Llama with large weights, so that greedy decoding does not just repeat one token."""
     from transformers import LlamaConfig, LlamaForCausalLM
     config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, initializer_range=0.5, pad_token_id=0)
     torch.manual_seed(0)
-    model = LlamaForCausalLM(config).eval()
+    return LlamaForCausalLM(config).eval()
+
+
+def test_greedy_responses_equal_hf_generate_while_rows_finish_at_different_steps():
+    """Rows leave the batch (and the KV cache) as they end; the rest must decode exactly as HF generate does."""
+    model = _lively_llama()
     prompts = [[5, 6, 7, 8], [9, 10], [11, 12, 13], [14], [15, 16, 17, 18, 19], [20, 21]]
     ids, mask = left_pad(prompts, 0, "cpu")
     with torch.no_grad():
@@ -52,3 +56,19 @@ def test_greedy_responses_equal_hf_generate_while_rows_finish_at_different_steps
         stop = next((j for j, t in enumerate(row) if t in eos), len(row) - 1)
         assert got == row[:stop + 1], i
     assert len({len(r) for r in responses}) >= 3  # rows did finish at different steps
+
+
+def test_both_decode_loops_give_the_same_greedy_turns_through_sample_turn():
+    """--decode_loop credo and hf_generate: the same responses (through the first EOS) from rl.rollout.sample_turn."""
+    from types import SimpleNamespace
+
+    from rl.rollout import sample_turn
+    model = _lively_llama()
+    tokenizer = SimpleNamespace(pad_token_id=0, eos_token_id=7)  # what sample_turn reads of a tokenizer
+    contexts = [[5, 6, 7, 8], [9, 10], [11, 12, 13], [14]]
+    out = {}
+    for loop in ("credo", "hf_generate"):
+        args = SimpleNamespace(decode_loop=loop, max_answer_seq_len=10, temperature=0.0, top_k=0, top_p=1.0)
+        out[loop] = sample_turn(model, tokenizer, contexts, args, timings={})
+    assert out["credo"] == out["hf_generate"]
+    assert all(len(r) <= 10 for r in out["credo"])
