@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from rl.rollout import response_logprobs
+
 
 @dataclass
 class MicroBatch:
@@ -32,7 +34,7 @@ class MicroBatch:
         """This micro-batch's slice of every per-token tensor of a rl.types.Rollout (advantages per token)."""
         input_ids, attention_mask = self.sequences(batch.input_ids, batch.attention_mask)
         return MicroRollout(input_ids, attention_mask, self.prompt_len, self.response(batch.response_mask),
-                            self.response(batch.token_advantages(slice(None))), self.response(batch.old_logp),
+                            batch.token_advantages(self.rows)[:, :self.resp_len], self.response(batch.old_logp),
                             self.response(batch.ref_logp), self.response(batch.rollout_logp))
 
 
@@ -60,9 +62,8 @@ def micro_batches(attention_mask: torch.Tensor, prompt_len: int, micro: int) -> 
     n = attention_mask.shape[0]
     mask = attention_mask.bool().cpu()
     response = mask[:, prompt_len:]
-    columns = torch.arange(response.shape[1])
-    # response columns each row needs: through its last attended token (feedback turns included)
-    extent = torch.where(response, columns + 1, 0).amax(dim=1) if response.shape[1] else torch.zeros(n, dtype=torch.long)
+    # response columns each row needs: through its last attended token (feedback turns included); R >= 1 always
+    extent = torch.where(response, torch.arange(1, response.shape[1] + 1), 0).amax(dim=1)
     left_pad = (~mask[:, :prompt_len]).long().cumprod(dim=1).sum(dim=1)  # leading zeros of each prompt
     order = torch.argsort(extent * (prompt_len + 1) + (prompt_len - left_pad), stable=True)
     out = []
@@ -79,7 +80,6 @@ def batched_response_logprobs(model, input_ids: torch.Tensor, attention_mask: to
                               temperature: float, micro: int) -> torch.Tensor:
     """Response log-probs of a whole batch, `micro` rows per forward. Tensor[N, P + R] -> Tensor[N, R] (0 on
     padding). The same forwards on every rank for the same N (ZeRO-3 gathers parameters collectively)."""
-    from rl.rollout import response_logprobs
     out = torch.zeros(input_ids.shape[0], input_ids.shape[1] - prompt_len, device=input_ids.device)
     for mb in micro_batches(attention_mask, prompt_len, micro):
         logp = response_logprobs(model, *mb.sequences(input_ids, attention_mask), mb.prompt_len, temperature)[0]

@@ -12,9 +12,8 @@ ALGOS = ("grpo", "gdpo", "dara", "maestro", "tcpo", "mt_grpo")
 MULTI_REWARD_ALGOS = ("gdpo", "dara")
 TURN_LEVEL_ALGOS = ("tcpo", "mt_grpo")
 DECODE_LOOPS = ("credo", "hf_generate")
-# Default micro-batch cap: 8 rows of length-sorted responses trained 1.3-1.5x faster than one 32-row block on
-# CPU (less padding, smaller activations; benchmarks/results/vs_trl.md) and bound the activation memory of long
-# multi-turn rows. GPU launchers set their own.
+# Default micro-batch cap: length-sorted micro-batches of 8 rows carry less padding than one 32-row block and bound
+# the activation memory of long multi-turn rows. The GPU launchers (scripts/gpu/common.sh) set their own.
 DEFAULT_MAX_MICRO_BATCH = 8
 MAESTRO_REWARDS = ("fmt", "ppl", "ent", "len", "pref", "correctness")
 
@@ -129,8 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("rollout backend (GPU)")
     g.add_argument("--decode_loop", choices=DECODE_LOOPS, default="credo",
                    help="with --rollout_backend hf: credo = rl/decode.py (drops finished responses from the batch, "
-                        "HF's logits warpers, inverse-CDF sampling; 1.5x faster on the CPU default: benchmarks/results/decode_loop.md); hf_generate = "
-                        "transformers' model.generate. The hybrid engine always uses its own generate")
+                        "HF's logits warpers, inverse-CDF sampling; 1.5x faster on the CPU default: "
+                        "benchmarks/results/decode_loop.md); hf_generate = transformers' model.generate. The hybrid "
+                        "engine always uses its own generate")
     g.add_argument("--rollout_backend", choices=("hf", "vllm"), default="hf",
                    help="hf: the actor generates (ZeRO-3 gathered once, HF generate; or --enable_hybrid_engine); "
                         "vllm: a vLLM engine colocated in each rank, sleeping while the actor trains and loaded with "
@@ -233,7 +233,8 @@ def validate(args) -> None:
         if getattr(args, flag) < 1:
             bad(f"--{flag} must be >= 1, got {getattr(args, flag)}")
     n = args.per_device_generation_batch_size * args.num_generations
-    micro = args.per_device_train_micro_batch_size or max(d for d in range(1, DEFAULT_MAX_MICRO_BATCH + 1) if n % d == 0)
+    largest_divisor = max(d for d in range(1, DEFAULT_MAX_MICRO_BATCH + 1) if n % d == 0)
+    micro = args.per_device_train_micro_batch_size or largest_divisor
     if micro < 1 or n % micro:
         bad(f"--per_device_train_micro_batch_size {micro} must divide the {n} responses per rank "
             f"(per_device_generation_batch_size x num_generations)")

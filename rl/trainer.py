@@ -164,7 +164,8 @@ class Trainer:
                 is_w = mismatch.weights(old, part.rollout_logp, mask)
                 loss, stats = policy_loss(logp, old, part.advantages, mask,
                                           a.clip_ratio_low, a.clip_ratio_high, a.clip_ratio_c, a.loss_agg_mode,
-                                          ref_logp=part.ref_logp, beta=a.beta, kl_type=a.kl_type, is_weights=is_w, **agg)
+                                          ref_logp=part.ref_logp, beta=a.beta, kl_type=a.kl_type, is_weights=is_w,
+                                          **agg)
                 if inject_nan:
                     loss = loss * float("nan")
                 nonfinite_loss |= not bool(torch.isfinite(loss.detach()))

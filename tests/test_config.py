@@ -46,6 +46,7 @@ def test_bad_maestro_flags_are_refused(argv, fragment, tiny_model_dir, capsys):
 @pytest.mark.parametrize("argv,fragment", [
     (["--num_generations", "1"], "--num_generations 1"),
     (["--per_device_train_micro_batch_size", "3"], "must divide"),
+    (["--decode_loop", "beam"], "--decode_loop: invalid choice"),
     (["--temperature", "0"], "--temperature"),
     (["--clip_ratio_c", "0.5"], "--clip_ratio_c"),
     (["--data_path", "/nonexistent/train.jsonl"], "does not exist"),
