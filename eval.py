@@ -21,7 +21,7 @@ from envs import ENVS, env_class
 from rl.config import DECODE_LOOPS
 from rl.data import load_jsonl_rows
 from rl.episodes import run_episodes
-from rl.evaluation import aggregate, markdown_table
+from rl.evaluation import aggregate, markdown_table, model_label, setting_differences
 from rl.models import DEFAULT_MODEL_DIR, load_tokenizer
 
 
@@ -177,11 +177,19 @@ def main(argv=None):
     config = {k: v for k, v in vars(args).items() if k not in ("env_cls",)}
     config["seconds"] = time.perf_counter() - t0
     result = {"metrics": metrics, "config": config, "problems": problems}
-    other = None
+    other, names = None, (model_label(args.model_name_or_path), "")
     if args.compare:
         with open(args.compare) as f:
-            other = json.load(f)["metrics"]
-    print(markdown_table(metrics, other, names=(args.model_name_or_path, args.compare or "")))
+            compared = json.load(f)
+        other = compared["metrics"]
+        names = (names[0], model_label(compared.get("config", {}).get("model_name_or_path", args.compare)))
+        if names[0] == names[1]:
+            names = ("this run", args.compare)
+        differences = setting_differences(config, compared.get("config", {}))
+        if differences:
+            print(f"WARNING: --compare {args.compare} was evaluated with other settings, so the columns are not "
+                  f"comparable: {'; '.join(differences)}", flush=True)
+    print(markdown_table(metrics, other, names=names))
     if args.output_dir:
         os.makedirs(args.output_dir, exist_ok=True)
         with open(os.path.join(args.output_dir, "results.json"), "w") as f:

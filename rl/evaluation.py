@@ -1,3 +1,4 @@
+import os
 """Evaluation metrics over sampled (multi-turn) attempts: pass@k, best-turn pass@k, success by turn.
 
 Each problem has n samples; each sample has `correct_by_turn`, one 0/1 per turn it took. A sample's *final*
@@ -84,3 +85,20 @@ def markdown_table(metrics: dict, other: dict = None, names=("this run", "other"
             fmt = lambda v: "" if v is None else f"{v:.4f}"  # noqa: E731
             rows.append(f"| {k} | {fmt(a)} | {fmt(b)} | {diff} |")
     return "\n".join(rows)
+
+
+# What decides an evaluation's numbers besides the model: two results that differ in one of these are not comparable.
+EVAL_SETTINGS = ("env", "data_path", "limit", "n", "k", "max_turns", "temperature", "top_p", "top_k",
+                 "max_answer_seq_len", "max_prompt_seq_len", "seed", "dtype")
+
+
+def setting_differences(config: dict, other: dict) -> list:
+    """`name a vs b` for every evaluation setting in which two results.json configs differ (settings a result
+    predates are skipped)."""
+    return [f"{k} {config[k]!r} vs {other[k]!r}" for k in EVAL_SETTINGS
+            if k in config and k in other and config[k] != other[k]]
+
+
+def model_label(path: str) -> str:
+    """A short column name for a model: its last two path parts (`grpo_arith_smollm2/final`, `Qwen/Qwen3-4B`)."""
+    return "/".join(os.path.normpath(path).split(os.sep)[-2:])

@@ -13,7 +13,9 @@ bash scripts/setup.sh
 # shellcheck disable=SC1091
 . .venv/bin/activate
 MODEL=${MODEL:-.cache/models/SmolLM2-135M-Instruct}
-OUTPUT=${OUTPUT:-output/eval/$BENCH}
+# One folder per model and benchmark, so that evaluating a second model never overwrites the first one's results.
+MODEL_TAG=$(printf '%s' "$MODEL" | sed -e 's|/*$||' -e 's|^[./]*||' -e 's|[^A-Za-z0-9._-]|_|g')
+OUTPUT=${OUTPUT:-output/eval/$BENCH/$MODEL_TAG}
 LIMIT=${LIMIT:-100000}
 N=${N:-8}
 K=${K:-1,4,8}
@@ -21,7 +23,7 @@ MAX_TURNS=${MAX_TURNS:-3}
 TEMPERATURE=${TEMPERATURE:-0.6}
 TOP_P=${TOP_P:-0.95}
 MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-1024}
-DTYPE=${DTYPE:-$(grep -q amx_bf16 /proc/cpuinfo 2>/dev/null && echo bf16 || echo fp32)}
+DTYPE=${DTYPE:-$(grep -qE 'amx_bf16|avx512_bf16' /proc/cpuinfo 2>/dev/null && echo bf16 || echo fp32)}
 set -x
 python eval.py --model_name_or_path "$MODEL" --env math --data_path "$DATA" --limit "$LIMIT" --n "$N" --k "$K" \
     --max_turns "$MAX_TURNS" --temperature "$TEMPERATURE" --top_p "$TOP_P" --max_new_tokens "$MAX_NEW_TOKENS" \

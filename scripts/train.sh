@@ -59,9 +59,13 @@ run python scripts/launch.py --num_gpus "$NUM_RANKS" ${PORT:+--master_port "$POR
     --enable_tensorboard \
     "$@"
 
-run python eval.py --model_name_or_path "$OUTPUT/final" --env arith --limit "$EVAL_SAMPLES" \
-    --max_new_tokens "$MAX_NEW_TOKENS" --dtype "$DTYPE" --batch_size 100 \
-    --output_dir "$OUTPUT/eval_final" --label "final accuracy"
+if [ -d "$OUTPUT/final" ]; then
+  run python eval.py --model_name_or_path "$OUTPUT/final" --env arith --limit "$EVAL_SAMPLES" \
+      --max_new_tokens "$MAX_NEW_TOKENS" --dtype "$DTYPE" --batch_size 100 \
+      --output_dir "$OUTPUT/eval_final" --label "final accuracy"
+else  # --no_final_export: nothing to evaluate (convert a checkpoint with DeepSpeed's zero_to_fp32.py to get one)
+  echo "no $OUTPUT/final (--no_final_export?): final evaluation skipped" | tee -a "$LOG"
+fi
 
 echo "== summary" | tee -a "$LOG"
 python scripts/summarize_run.py "$OUTPUT" | tee -a "$LOG"
