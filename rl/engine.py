@@ -51,7 +51,8 @@ def hybrid_engine_config(args) -> dict:
 
 def resolve_dtype(name: str) -> torch.dtype:
     if name == "auto":
-        name = "bf16" if on_cuda() else "fp32"
+        from rl.hardware import auto_dtype_name
+        name, _ = auto_dtype_name(on_cuda())
     return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
 
 

@@ -55,6 +55,8 @@ def free_port() -> int:
 def run_train(args: list, num_ranks: int = 1, timeout: int = 600, launcher: bool = True, port: int = None):
     """Run train.py under the real `deepspeed` launcher (or plain python with launcher=False)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=REPO_ROOT, TOKENIZERS_PARALLELISM="false")
+    if "--dtype" not in args:  # --dtype auto means bf16 on AMX / AVX-512 BF16 CPUs: keep the suite's runs exact fp32
+        args = [*args, "--dtype", "fp32"]
     if launcher:
         cmd = [os.path.join(os.path.dirname(sys.executable), "deepspeed"), "--num_gpus", str(num_ranks),
                "--master_port", str(port or free_port()), "train.py", *args]
