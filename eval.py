@@ -112,7 +112,10 @@ def evaluate(model, tokenizer, rows, args, show_progress: bool = True, indices: 
     problems = [{"id": row.get("id", i), "answer": row.get(args.answer_key), "correct_by_turn": [], "responses": []}
                 for i, row in zip(indices, rows)]
     done = correct = 0
-    bar = tqdm(total=len(rows), desc="eval", dynamic_ncols=True, mininterval=2.0, disable=not show_progress)
+    # One update per batch, rated over the whole run (smoothing=0): per-problem updates all land at the end of a
+    # batch, and tqdm's moving average then read one batch's seconds as each problem's (an ETA of hours).
+    bar = tqdm(total=len(rows), desc="eval", unit="problem", dynamic_ncols=True, smoothing=0,
+               disable=not show_progress)
     for start in range(0, len(samples), args.batch_size):
         chunk = samples[start:start + args.batch_size]
         envs = [args.env_cls(verifier=verifier, prompt_key=args.prompt_key, answer_key=args.answer_key,
@@ -129,8 +132,9 @@ def evaluate(model, tokenizer, rows, args, show_progress: bool = True, indices: 
             if len(problems[p]["correct_by_turn"]) == args.n:
                 done += 1
                 correct += sum(s[-1] for s in problems[p]["correct_by_turn"] if s) / args.n
-                bar.update(1)
-                bar.set_postfix(pass1=f"{correct / done:.3f}")
+        if done:
+            bar.set_postfix(pass1=f"{correct / done:.3f}", refresh=False)
+        bar.update(done - bar.n)
     bar.close()
     return problems
 
