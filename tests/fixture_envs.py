@@ -34,3 +34,11 @@ class RankZeroSolvesEnv(ArithEnv):
     def make_verifier(cls, **kwargs):
         import os
         return lambda prompt, text, sample: 1.0 if os.environ.get("RANK", "0") == "0" else 0.0
+
+
+class TaskIdEnv(ArithEnv):
+    """An env whose rows name a task by id (as AppWorld's do): it needs no prompt or answer field."""
+
+    @classmethod
+    def data_keys(cls, prompt_key, answer_key):
+        return ("task_id",)
