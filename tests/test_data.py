@@ -143,3 +143,19 @@ def test_stream_gives_ranks_disjoint_slices_and_resumes_at_its_position():
     resumed = PromptStream(rows, seed=0)
     resumed.load_state_dict(a.state_dict())
     assert resumed.next_batch(4, 0, 2) == a.next_batch(4, 0, 2)
+
+
+def test_data_readme_points_only_at_files_that_exist_and_states_their_row_counts():
+    import os
+    import re
+    from tests.helpers import REPO_ROOT
+    with open(os.path.join(REPO_ROOT, "data", "README.md")) as f:
+        text = f.read()
+    refs = [r.split()[0] for r in re.findall(r"`([^`]+)`", text)]
+    paths = [r for r in refs if "/" in r or r.endswith((".sh", ".py", ".md", ".jsonl"))]
+    assert len(paths) >= 10
+    missing = [p for p in paths if not any(os.path.exists(os.path.join(REPO_ROOT, base, p)) for base in ("data", ""))]
+    assert missing == []
+    for name, rows in re.findall(r"^\| `([^`]+\.jsonl)` \| (\d+) \|", text, flags=re.M):
+        with open(os.path.join(REPO_ROOT, "data", name), "rb") as f:
+            assert sum(1 for line in f if line.strip()) == int(rows), name
