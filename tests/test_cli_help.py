@@ -49,5 +49,6 @@ def test_a_data_path_that_cannot_be_read_is_refused_at_parse_time(tmp_path, name
 def test_each_file_of_a_comma_list_is_checked(tmp_path):
     good = tmp_path / "a.jsonl"
     good.write_text('{"problem": "1+1", "answer": "2"}\n')
-    with pytest.raises(SystemExit, match="b.csv does not exist"):
+    with pytest.raises(SystemExit) as exc:
         parse_args(["--env", "math", "--data_path", f"{good},{tmp_path / 'b.csv'}"])
+    assert str(exc.value) == f"train.py: error: --data_path: {tmp_path / 'b.csv'} does not exist"
