@@ -37,8 +37,9 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefa
 def build_parser():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=_HelpFormatter, allow_abbrev=False)
     p.add_argument("--model_name_or_path", default=DEFAULT_MODEL_DIR, help="HF model folder (e.g. OUTPUT_DIR/final)")
-    p.add_argument("--env", default="arith", help=f"environment whose verifier scores answers: {', '.join(sorted(ENVS))} "
-                                                  "or your own Env subclass as package.module:Class")
+    p.add_argument("--env", default="arith",
+                   help=f"environment whose verifier scores answers: {', '.join(sorted(ENVS))}, or your own Env "
+                        "subclass as package.module:Class (envs/README.md)")
     p.add_argument("--data_path", default=None,
                    help="eval rows in any format train.py reads (.jsonl, .json, .csv, .tsv, .parquet, .arrow, a "
                         "dataset folder, a comma list); arith uses its held-out split when omitted")

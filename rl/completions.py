@@ -27,7 +27,10 @@ def completion_records(batch, count: int) -> list:
     for i in pick_rows(len(batch), count):
         turn_scores = [s for s in batch.turn_scores[i].tolist() if s == s] if batch.turn_scores is not None else []
         advantage = batch.advantages[i] if batch.advantages is not None else torch.tensor(float("nan"))
-        advantage = [_number(a) for a in advantage[:len(turn_scores)].tolist()] if advantage.dim() else _number(advantage)
+        if advantage.dim():  # turn-level methods: one advantage per turn played
+            advantage = [_number(a) for a in advantage[:len(turn_scores)].tolist()]
+        else:
+            advantage = _number(advantage)
         record = {"group": int(batch.group_ids[i]), "prompt": batch.prompts[i] if batch.prompts else None,
                   "completion": batch.completions[i],
                   "reward": _number(batch.scores[i]) if batch.scores is not None else None,

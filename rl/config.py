@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--prompt_key", default="problem",
                    help="field of a --data_path row holding the prompt (not needed when the env makes its own data)")
     g.add_argument("--answer_key", default="answer",
-                   help="field of a --data_path row holding the reference answer (not needed when the env makes its own data)")
+                   help="field of a --data_path row holding the reference answer (not needed when the env makes its "
+                        "own data)")
     g.add_argument("--num_train_samples", type=int, default=20000, help="rows drawn for arith's train split")
     g.add_argument("--num_generations", type=int, default=4, help="group size G: responses sampled per prompt")
     g.add_argument("--per_device_generation_batch_size", type=int, default=8, help="prompts per rank per step")

@@ -20,7 +20,8 @@ def check_row(location: str, row, required_keys: tuple) -> dict:
         value = row.get(key)
         if value is None or (isinstance(value, float) and math.isnan(value)):  # NaN: an empty cell of a table
             has = ", ".join(repr(k) for k in row) or "none"
-            raise DataError(f"{location}: missing key {key!r} (the row has keys: {has}; see --prompt_key / --answer_key)")
+            raise DataError(f"{location}: missing key {key!r} (the row has keys: {has}; see --prompt_key / "
+                            f"--answer_key)")
     if required_keys and not str(row[required_keys[0]]).strip():
         raise DataError(f"{location}: empty prompt in key {required_keys[0]!r}")
     return row
@@ -44,7 +45,8 @@ def load_rows(data_path: str, required_keys: tuple, split: str = "train", skip_b
                     raise
                 bad.append(str(exc))
     if bad:
-        logger.warning("--skip_bad_rows: skipped %d bad row(s) of %s; first: %s", len(bad), data_path, "; ".join(bad[:3]))
+        logger.warning("--skip_bad_rows: skipped %d bad row(s) of %s; first: %s", len(bad), data_path,
+                       "; ".join(bad[:3]))
     if not rows:
         raise DataError(f"{data_path}: no usable rows" + (f" ({len(bad)} bad)" if bad else ""))
     return rows

@@ -112,7 +112,8 @@ def _read_with_datasets(path: str, fmt: str, split: str) -> list:
             if fmt in ("csv", "tsv"):
                 # credo's reading: CSV cells are text (an answer "007" stays "007"; pandas would make it 7)
                 kwargs["sep"] = "\t" if fmt == "tsv" else ","
-                kwargs["features"] = datasets.Features({c: datasets.Value("string") for c in _csv_header(path, kwargs["sep"])})
+                header = _csv_header(path, kwargs["sep"])
+                kwargs["features"] = datasets.Features({column: datasets.Value("string") for column in header})
             builder = "csv" if fmt == "tsv" else fmt
             return datasets.load_dataset(builder, data_files=[os.path.abspath(path)], split="train", **kwargs).to_list()
     except DataError:

@@ -21,7 +21,8 @@ def strict_json_lines(path):
 
 def test_non_finite_metrics_are_written_as_null(tmp_path):
     logger = MetricsLogger(str(tmp_path), enabled=True)
-    logger.log(1, {"reward/judge/mean": float("nan"), "actor/grad_norm": float("inf"), "reward/mean": torch.tensor(0.5)})
+    logger.log(1, {"reward/judge/mean": float("nan"), "actor/grad_norm": float("inf"),
+                   "reward/mean": torch.tensor(0.5)})
     (record,) = strict_json_lines(tmp_path / "metrics.jsonl")
     assert record == {"step": 1, "reward/judge/mean": None, "actor/grad_norm": None, "reward/mean": 0.5}
 
