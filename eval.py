@@ -19,7 +19,8 @@ from tqdm import tqdm
 
 from envs import ENVS, env_class
 from rl.config import DECODE_LOOPS
-from rl.data import load_rows
+from rl.data import DataError, load_rows
+from rl.data_files import data_paths
 from rl.episodes import run_episodes
 from rl.evaluation import aggregate, markdown_table
 from rl.models import DEFAULT_MODEL_DIR, load_tokenizer
@@ -87,7 +88,6 @@ def validate(args):
     if args.compare and not os.path.exists(args.compare):
         bad(f"--compare {args.compare} does not exist")
     if args.data_path is not None:
-        from rl.data_files import DataError, data_paths
         try:
             data_paths(args.data_path)
         except DataError as exc:
@@ -102,7 +102,10 @@ def validate(args):
 
 def eval_rows(args) -> list:
     if args.data_path:
-        rows = load_rows(args.data_path, args.env_cls.data_keys(args.prompt_key, args.answer_key), args.data_split)
+        try:
+            rows = load_rows(args.data_path, args.env_cls.data_keys(args.prompt_key, args.answer_key), args.data_split)
+        except DataError as exc:
+            raise SystemExit(f"eval.py: error: bad eval data: {exc}") from None
     else:
         rows = args.env_cls.dataset("eval", args.limit, 0)
         if rows is None:

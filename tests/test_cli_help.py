@@ -52,3 +52,14 @@ def test_each_file_of_a_comma_list_is_checked(tmp_path):
     with pytest.raises(SystemExit) as exc:
         parse_args(["--env", "math", "--data_path", f"{good},{tmp_path / 'b.csv'}"])
     assert str(exc.value) == f"train.py: error: --data_path: {tmp_path / 'b.csv'} does not exist"
+
+
+def test_eval_refuses_a_bad_row_with_its_file_and_line(tmp_path, tiny_model_dir):
+    path = tmp_path / "test.jsonl"
+    path.write_text('{"problem": "1+1", "answer": "2"}\n{"question": "2+2"}\n')
+    args = eval_cli.build_parser().parse_args(["--model_name_or_path", tiny_model_dir, "--env", "math",
+                                               "--data_path", str(path)])
+    eval_cli.validate(args)
+    with pytest.raises(SystemExit) as exc:
+        eval_cli.eval_rows(args)
+    assert str(exc.value).startswith(f"eval.py: error: bad eval data: {path}:2: missing key 'problem'")
