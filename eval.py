@@ -19,34 +19,49 @@ from tqdm import tqdm
 
 from envs import ENVS, env_class
 from rl.config import DECODE_LOOPS
-from rl.data import load_jsonl_rows
+from rl.data import DataError, load_rows
+from rl.data_files import data_paths
 from rl.episodes import run_episodes
 from rl.evaluation import aggregate, markdown_table, model_label, setting_differences
 from rl.models import DEFAULT_MODEL_DIR, load_tokenizer
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The module docstring's examples as written, and every flag's default (as train.py --help shows)."""
+
+    def _get_help_string(self, action):
+        if "default" in (action.help or "").lower():  # the help already says it (AppWorld's env-variable defaults)
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=_HelpFormatter, allow_abbrev=False)
     p.add_argument("--model_name_or_path", default=DEFAULT_MODEL_DIR, help="HF model folder (e.g. OUTPUT_DIR/final)")
-    p.add_argument("--env", default="arith", help=f"environment whose verifier scores answers: {sorted(ENVS)} or module:Class")
-    p.add_argument("--data_path", default=None, help="JSONL of eval rows; arith uses its held-out split when omitted")
-    p.add_argument("--prompt_key", default="problem")
-    p.add_argument("--answer_key", default="answer")
+    p.add_argument("--env", default="arith",
+                   help=f"environment whose verifier scores answers: {', '.join(sorted(ENVS))}, or your own Env "
+                        "subclass as package.module:Class (envs/README.md)")
+    p.add_argument("--data_path", default=None,
+                   help="eval rows in any format train.py reads (.jsonl, .json, .csv, .tsv, .parquet, .arrow, a "
+                        "dataset folder, a comma list); arith uses its held-out split when omitted")
+    p.add_argument("--data_split", default="test", help="split of a --data_path folder that has several")
+    p.add_argument("--prompt_key", default="problem", help="field of a data row holding the prompt")
+    p.add_argument("--answer_key", default="answer", help="field of a data row holding the reference answer")
     p.add_argument("--limit", "--num_samples", dest="limit", type=int, default=200, help="problems evaluated (the first N)")
     p.add_argument("--n", type=int, default=1, help="samples per problem")
     p.add_argument("--k", default="1", help="comma list of k for pass@k (each <= n)")
     p.add_argument("--max_turns", type=int, default=1, help="verify-and-refine turns per sample")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    p.add_argument("--top_p", type=float, default=1.0)
-    p.add_argument("--top_k", type=int, default=0)
+    p.add_argument("--top_p", type=float, default=1.0, help="nucleus sampling (1 = off)")
+    p.add_argument("--top_k", type=int, default=0, help="top-k sampling (0 = off)")
     p.add_argument("--max_new_tokens", "--max_answer_seq_len", dest="max_answer_seq_len", type=int, default=32,
                    help="max new tokens per turn")
-    p.add_argument("--max_prompt_seq_len", type=int, default=1024)
+    p.add_argument("--max_prompt_seq_len", type=int, default=1024, help="prompts longer than this are left-truncated")
     p.add_argument("--batch_size", type=int, default=50, help="samples per generate call")
     p.add_argument("--decode_loop", choices=DECODE_LOOPS, default="credo",
                    help="credo = rl/decode.py, hf_generate = transformers' model.generate (as in train.py)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
+    p.add_argument("--seed", type=int, default=0, help="seed of sampling (rank r samples with seed + r)")
+    p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="dtype the model is loaded in")
     p.add_argument("--output_dir", default=None, help="results.json and success_by_turn.png go here")
     p.add_argument("--compare", default=None, help="another run's results.json to print side by side")
     p.add_argument("--label", default=None, help="also print `<label>: X` with X = 100 x pass@1")
@@ -72,6 +87,11 @@ def validate(args):
         bad(f"--model_name_or_path {args.model_name_or_path} does not exist")
     if args.compare and not os.path.exists(args.compare):
         bad(f"--compare {args.compare} does not exist")
+    if args.data_path is not None:
+        try:
+            data_paths(args.data_path)
+        except DataError as exc:
+            bad(f"--data_path: {exc}")
     from envs.appworld.flags import export_appworld_flags
     export_appworld_flags(args)
     try:
@@ -82,7 +102,10 @@ def validate(args):
 
 def eval_rows(args) -> list:
     if args.data_path:
-        rows = load_jsonl_rows(args.data_path, (args.prompt_key, args.answer_key))
+        try:
+            rows = load_rows(args.data_path, args.env_cls.data_keys(args.prompt_key, args.answer_key), args.data_split)
+        except DataError as exc:
+            raise SystemExit(f"eval.py: error: bad eval data: {exc}") from None
     else:
         rows = args.env_cls.dataset("eval", args.limit, 0)
         if rows is None:

@@ -49,6 +49,12 @@ class Env:
         """Rows of an env that generates its own data (arith); None for data-backed envs (math)."""
         return None
 
+    @classmethod
+    def data_keys(cls, prompt_key: str, answer_key: str) -> tuple:
+        """The fields every --data_path row must have, checked when the data is loaded (the first, if any, must be
+        a non-empty prompt). An env that reads other fields returns those; () checks nothing."""
+        return (prompt_key, answer_key)
+
     def episode_record(self) -> dict:
         """What eval.py keeps of a finished episode besides its turn scores ({} for most envs; AppWorld: the task
         id, its difficulty and the checks passed)."""

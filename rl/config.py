@@ -21,17 +21,28 @@ MAESTRO_REWARDS = ("fmt", "ppl", "ent", "len", "pref", "correctness")
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description="credo: verifier-guided RL on one DeepSpeed ZeRO-3 actor. Launch with `deepspeed train.py ...`.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
 
     g = p.add_argument_group("method and data")
     g.add_argument("--algo", choices=ALGOS, default="grpo", help="credit-assignment method")
-    g.add_argument("--env", default="arith", help="environment: arith (synthetic sums, CPU default), math, or a user Env as module:Class")
+    g.add_argument("--env", default="arith",
+                   help="environment: arith (synthetic sums, CPU default), math (math-verify on --data_path rows), code "
+                        "(sandboxed tests as feedback), mixed (arith + free-form, for MAESTRO), appworld (tool-use "
+                        "tasks), or your own Env subclass as package.module:Class (envs/README.md)")
     g.add_argument("--model_name_or_path", default=DEFAULT_MODEL_DIR,
                    help="HF causal LM folder or hub id; default: SmolLM2-135M-Instruct converted by scripts/setup.sh")
     g.add_argument("--data_path", default=None,
-                   help="JSONL of training rows (required for --env math; arith generates its own)")
-    g.add_argument("--prompt_key", default="problem", help="field of a data row holding the prompt")
-    g.add_argument("--answer_key", default="answer", help="field of a data row holding the reference answer")
+                   help="training rows: .jsonl, .json, .csv, .tsv, .parquet, .arrow, a save_to_disk folder or an HF "
+                        "dataset folder, or a comma list of these to mix (required for --env math; arith generates "
+                        "its own)")
+    g.add_argument("--data_split", default="train",
+                   help="split of a --data_path folder that has several (DatasetDict, HF dataset folder); a file is "
+                        "read whole")
+    g.add_argument("--prompt_key", default="problem",
+                   help="field of a --data_path row holding the prompt (not needed when the env makes its own data)")
+    g.add_argument("--answer_key", default="answer",
+                   help="field of a --data_path row holding the reference answer (not needed when the env makes its "
+                        "own data)")
     g.add_argument("--num_train_samples", type=int, default=20000, help="rows drawn for arith's train split")
     g.add_argument("--num_generations", type=int, default=4, help="group size G: responses sampled per prompt")
     g.add_argument("--per_device_generation_batch_size", type=int, default=8, help="prompts per rank per step")
@@ -169,6 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--tensorboard_path", default=None, help="TensorBoard folder; default OUTPUT_DIR/tensorboard")
     g.add_argument("--enable_test_mode", action="store_true", help="stop after --test_stop_step steps (smoke tests)")
     g.add_argument("--test_stop_step", type=int, default=3, help="steps run under --enable_test_mode")
+    g.add_argument("--log_completions", type=int, default=2,
+                   help="sampled completions per step written to OUTPUT_DIR/completions.jsonl (and TensorBoard text "
+                        "with --enable_tensorboard), 0 = none")
     g.add_argument("--no_final_export", action="store_true", help="skip the HF export to OUTPUT_DIR/final")
     g.add_argument("--save_total_limit", type=int, default=0, help="keep the newest N complete checkpoints (0 = all)")
 
@@ -266,8 +280,14 @@ def validate(args) -> None:
         bad(f"--resume {args.resume} does not exist (use auto, none, or a checkpoint folder)")
     if args.beta < 0:
         bad(f"--beta must be >= 0, got {args.beta}")
-    if args.data_path is not None and not os.path.exists(args.data_path):
-        bad(f"--data_path {args.data_path} does not exist")
+    if args.log_completions < 0:
+        bad(f"--log_completions must be >= 0, got {args.log_completions}")
+    if args.data_path is not None:
+        from rl.data_files import DataError, data_paths
+        try:
+            data_paths(args.data_path)
+        except DataError as exc:
+            bad(f"--data_path: {exc}")
     from envs import env_class  # imported here: envs pulls in the verifiers
     from envs.appworld.flags import export_appworld_flags
     export_appworld_flags(args)

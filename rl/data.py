@@ -1,68 +1,68 @@
-"""Training prompts: rows from an env's generator or a JSONL file, served in seeded, resumable order."""
-import json
+"""Training prompts: rows from an env's generator or from --data_path (any format rl/data_files.py reads), each
+checked for the keys the env needs, served in seeded, resumable order."""
 import logging
+import math
 import random
 
 from envs import env_class
+from rl.data_files import DataError, data_paths, read_records
 
+__all__ = ["DataError", "PromptStream", "check_row", "load_rows", "training_rows"]
 logger = logging.getLogger(__name__)
 
 
-class DataError(ValueError):
-    """Bad input data, with the file, line and key in the message."""
-
-
-def _parse_row(path: str, lineno: int, raw: bytes, required_keys: tuple):
-    """The row of one JSONL line, None for a blank line; DataError naming file, line and key if it is bad."""
-    try:
-        line = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path}:{lineno}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
-    if not line.strip():
-        return None
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}:{lineno}: malformed JSON ({exc.msg})") from None
+def check_row(location: str, row, required_keys: tuple) -> dict:
+    """`row` if it has every required key (the first, if any, is the prompt: non-empty); else DataError naming the
+    location, the key and the keys the row does have."""
     if not isinstance(row, dict):
-        raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+        raise DataError(f"{location}: expected a JSON object (a row of named fields), got {type(row).__name__}")
     for key in required_keys:
-        if key not in row or row[key] is None:
-            raise DataError(f"{path}:{lineno}: missing key {key!r}")
-    if not str(row[required_keys[0]]).strip():
-        raise DataError(f"{path}:{lineno}: empty prompt in key {required_keys[0]!r}")
+        value = row.get(key)
+        if value is None or (isinstance(value, float) and math.isnan(value)):  # NaN: an empty cell of a table
+            has = ", ".join(repr(k) for k in row) or "none"
+            raise DataError(f"{location}: missing key {key!r} (the row has keys: {has}; see --prompt_key / "
+                            f"--answer_key)")
+    if required_keys and not str(row[required_keys[0]]).strip():
+        raise DataError(f"{location}: empty prompt in key {required_keys[0]!r}")
     return row
 
 
-def load_jsonl_rows(path: str, required_keys: tuple, skip_bad_rows: bool = False) -> list:
-    """Rows of a JSONL file, each checked for the keys training needs (the first is the prompt: non-empty).
+def load_rows(data_path: str, required_keys: tuple, split: str = "train", skip_bad_rows: bool = False) -> list:
+    """Rows of --data_path (one path or a comma list, mixed in the order given), each checked by `check_row`.
 
-    Raises DataError naming the file, the 1-based line and the key at the first bad row, or with
-    skip_bad_rows drops bad rows and logs how many (and the first few reasons).
+    Raises DataError naming the file, the line (JSONL) or row (other formats) and the key at the first bad row, or
+    with skip_bad_rows drops bad rows and logs how many (and the first few reasons).
     """
     rows, bad = [], []
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
+    for path in data_paths(data_path):
+        for location, row, error in read_records(path, split):
             try:
-                row = _parse_row(path, lineno, raw, required_keys)
+                if error is not None:
+                    raise DataError(f"{location}: {error}")
+                rows.append(check_row(location, row, required_keys))
             except DataError as exc:
                 if not skip_bad_rows:
                     raise
                 bad.append(str(exc))
-                continue
-            if row is not None:
-                rows.append(row)
     if bad:
-        logger.warning("--skip_bad_rows: skipped %d bad row(s) of %s; first: %s", len(bad), path, "; ".join(bad[:3]))
+        logger.warning("--skip_bad_rows: skipped %d bad row(s) of %s; first: %s", len(bad), data_path,
+                       "; ".join(bad[:3]))
     if not rows:
-        raise DataError(f"{path}: no usable rows" + (f" ({len(bad)} bad)" if bad else ""))
+        raise DataError(f"{data_path}: no usable rows" + (f" ({len(bad)} bad)" if bad else ""))
     return rows
 
 
+def load_jsonl_rows(path: str, required_keys: tuple, skip_bad_rows: bool = False) -> list:
+    """`load_rows` of one path (the name dates from when only JSONL was read; any format works)."""
+    return load_rows(path, required_keys, skip_bad_rows=skip_bad_rows)
+
+
 def training_rows(args) -> list:
+    env_cls = env_class(args.env)
     if args.data_path is not None:
-        return load_jsonl_rows(args.data_path, (args.prompt_key, args.answer_key), args.skip_bad_rows)
-    rows = env_class(args.env).dataset("train", args.num_train_samples, args.seed)
+        return load_rows(args.data_path, env_cls.data_keys(args.prompt_key, args.answer_key),
+                         getattr(args, "data_split", "train"), args.skip_bad_rows)
+    rows = env_cls.dataset("train", args.num_train_samples, args.seed)
     if rows is None:
         raise DataError(f"--env {args.env} generates no data of its own: pass --data_path")
     return rows

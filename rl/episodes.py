@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from rl import dist
+from rl.env_contract import ContractCheckedStep, check_reset, numeric_step_values
 from rl.rollout import encode_prompts, eos_ids, lockstep, sample_turn_with_logprobs
 from rl.types import Rollout
 
@@ -46,12 +47,18 @@ def run_episodes(engine, tokenizer, envs: list, samples: list, group_ids: torch.
         envs: N fresh env instances; samples: N dataset rows; group_ids: Tensor[N] (same id = same prompt).
         step_fn: step_fn(env, text) -> StepResult, the guarded env.step (failures come back as done, score 0).
     Returns:
-        Rollout with turn_scores Tensor[N, T] (NaN after a trajectory stopped) and turn_ids Tensor[N, R]
-        (turn index of each model token, -1 on feedback and padding).
+        Rollout with turn_scores Tensor[N, T] (NaN after a trajectory stopped), turn_ids Tensor[N, R]
+        (turn index of each model token, -1 on feedback and padding) and env_values (per trajectory, per turn: the
+        numbers of StepResult.components and .info, for the env/ metrics).
+    Raises:
+        EnvContractError at the first reset or step that returns the wrong type (rl/env_contract.py).
     """
     n, max_turns = len(envs), args.max_turns
     eos = eos_ids(tokenizer, getattr(engine, 'module', engine))
-    conversations = [env.reset(sample) for env, sample in zip(envs, samples)]
+    conversations = [check_reset(env, env.reset(sample)) for env, sample in zip(envs, samples)]
+    violations = []  # contract violations of env.step, recorded even where step_fn's guard swallows them
+    for env in envs:
+        env.step = ContractCheckedStep(env, violations)
     first_user_messages = [c[-1]["content"] for c in conversations]  # the `prompt` reward functions see
     prompt_ids, prompt_mask = encode_prompts(tokenizer, conversations, args.max_prompt_seq_len)
     prompts = [prompt_ids[i][prompt_mask[i].bool()].tolist() for i in range(n)]
@@ -62,6 +69,7 @@ def run_episodes(engine, tokenizer, envs: list, samples: list, group_ids: torch.
     eos_text = {t: tokenizer.decode([t]) for t in eos}
     turn_scores = torch.full((n, max_turns), float("nan"))
     completions = [""] * n
+    env_values = [[] for _ in range(n)]
     reward_time = 0.0
     live = list(range(n))
     for turn in range(max_turns):
@@ -73,6 +81,8 @@ def run_episodes(engine, tokenizer, envs: list, samples: list, group_ids: torch.
         t0 = time.perf_counter()
         with ThreadPoolExecutor(max_workers=max(1, getattr(args, "code_workers", 1))) as pool:
             results = list(pool.map(step_fn, [envs[i] for i in live], texts))  # envs are independent
+        if violations:
+            raise violations[0]
         reward_time += time.perf_counter() - t0
         still_live = []
         for j, (i, tokens, text, result) in enumerate(zip(live, outputs, texts, results)):
@@ -80,6 +90,7 @@ def run_episodes(engine, tokenizer, envs: list, samples: list, group_ids: torch.
             sampler_logps[i].append(logps[j] if logps is not None else None)
             completions[i] = text
             turn_scores[i, turn] = result.score
+            env_values[i].append(numeric_step_values(result))
             conversations[i] = conversations[i] + [{"role": "assistant", "content": text}]
             if result.done or turn == max_turns - 1:
                 continue
@@ -90,10 +101,13 @@ def run_episodes(engine, tokenizer, envs: list, samples: list, group_ids: torch.
             sampler_logps[i].append(None)
             still_live.append(i)
         live = still_live
+    for env in envs:
+        vars(env).pop("step", None)  # the class's own step again (TCPO's counterfactuals use score_turn)
     timings["reward"] = timings.get("reward", 0.0) + reward_time
     batch = _layout(tokenizer, prompts, segments, turn_scores, completions, samples, group_ids, engine.device)
     batch.rollout_logp = _sampler_logp_layout(segments, sampler_logps, batch.response_mask.shape[1], engine.device)
     batch.prompts, batch.envs, batch.conversations = first_user_messages, envs, conversations
+    batch.env_values = env_values
     return batch
 
 

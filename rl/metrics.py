@@ -1,7 +1,14 @@
-"""Step metrics to the console (one line), OUTPUT_DIR/metrics.jsonl (one object per step) and TensorBoard."""
+"""Step metrics to the console (one line), OUTPUT_DIR/metrics.jsonl (one object per step) and TensorBoard; a few
+completions per step to OUTPUT_DIR/completions.jsonl (and TensorBoard text).
+
+Both JSONL files are strict JSON: a value that is not finite (a NaN mean over no responses, an infinite norm) is
+written as null, never as the bare NaN / Infinity that json.dumps emits by default and most parsers reject.
+"""
 import json
 import math
 import os
+
+from rl.completions import markdown_table
 
 # Shown on the console line, in this order, when present.
 CONSOLE_KEYS = (("reward/mean", "reward"), ("success_rate", "success"), ("frac_zero_std_groups", "zero_std"),
@@ -17,13 +24,15 @@ class MetricsLogger:
         later steps, left by a run that died after its last checkpoint, are dropped so no step appears twice."""
         self.enabled = enabled
         self.path = os.path.join(output_dir, "metrics.jsonl")
+        self.completions_path = os.path.join(output_dir, "completions.jsonl")
         self.tb = None
         if enabled:
             os.makedirs(output_dir, exist_ok=True)
-            if os.path.exists(self.path):
-                kept = [r for r in read_metrics(self.path) if r["step"] <= start_step]
-                with open(self.path, "w") as f:
-                    f.writelines(json.dumps(r) + "\n" for r in kept)
+            for path in (self.path, self.completions_path):
+                if os.path.exists(path):
+                    kept = [r for r in read_metrics(path) if r["step"] <= start_step]
+                    with open(path, "w") as f:
+                        f.writelines(to_json_line(r) for r in kept)
             if tensorboard_path:
                 from torch.utils.tensorboard import SummaryWriter
                 self.tb = SummaryWriter(tensorboard_path)
@@ -33,11 +42,21 @@ class MetricsLogger:
             return
         record = {"step": step, **{k: _plain(v) for k, v in sorted(metrics.items())}}
         with open(self.path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+            f.write(to_json_line(record))
         if self.tb is not None:
             for k, v in record.items():
                 if k != "step" and isinstance(v, (int, float)) and math.isfinite(v):
                     self.tb.add_scalar(k, v, step)
+            self.tb.flush()
+
+    def log_completions(self, step: int, records: list):
+        """One line per completion record (rl/completions.py), each with its step."""
+        if not self.enabled or not records:
+            return
+        with open(self.completions_path, "a") as f:
+            f.writelines(to_json_line({"step": step, **r}) for r in records)
+        if self.tb is not None:
+            self.tb.add_text("completions", markdown_table(records), step)
             self.tb.flush()
 
     def console_line(self, step: int, metrics: dict) -> str:
@@ -58,6 +77,23 @@ def _plain(v):
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
 
 
+def _finite_or_null(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite_or_null(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite_or_null(x) for x in v]
+    return v
+
+
+def to_json_line(record: dict) -> str:
+    """One strict-JSON line: non-finite numbers become null (allow_nan=False makes any that slipped through an
+    error here rather than a file other tools cannot read)."""
+    return json.dumps(_finite_or_null(record), allow_nan=False) + "\n"
+
+
 def read_metrics(path: str) -> list:
+    """The records of a metrics.jsonl (or completions.jsonl); a null is a value that was not finite."""
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]

@@ -17,7 +17,9 @@ from rl.advantages.registry import build_step_hooks
 from rl.checkpoint import (checkpoint_root, export_hf, load_checkpoint, resolve_resume, rng_state, save_checkpoint,
                            set_rng_state)
 from rl.data import PromptStream, training_rows
+from rl.completions import completion_records
 from rl.engine import build_actor, build_reference, set_cpu_threads
+from rl.env_metrics import env_metrics
 from rl.loss import policy_loss
 from rl.metrics import MetricsLogger
 from rl.models import load_tokenizer
@@ -254,6 +256,8 @@ class Trainer:
         metrics["response_length/max"] = inputs.lengths.max().item()
         metrics.update(method_metrics)
         metrics["advantage/mean"], metrics["advantage/std"] = self._global_mean_std(batch.advantages)
+        metrics.update(env_metrics(batch.env_values))  # env/<component>/mean, env/info/<key>/mean
+        self.completion_samples = completion_records(batch, self.args.log_completions) if self.rank == 0 else []
         metrics.update(self.train_on(batch, timings))
         timings["step"] = time.perf_counter() - t0
         slowest = dist.all_reduce(torch.tensor([timings[k] for k in sorted(timings)], dtype=torch.float64), op="max")
@@ -302,6 +306,7 @@ class Trainer:
                 raise
             self.step += 1
             self.metrics.log(self.step, metrics)
+            self.metrics.log_completions(self.step, self.completion_samples)
             if self.rank == 0:
                 bar.write(self.metrics.console_line(self.step, metrics))
             bar.update(1)

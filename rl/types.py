@@ -23,6 +23,7 @@ class Rollout:
     turn_scores: torch.Tensor = None  # Tensor[N, T] verifier score of each turn, NaN after the trajectory ended
     envs: list = None              # the N env instances of the episodes (their state at the end)
     conversations: list = None     # the N whole conversations as chat messages
+    env_values: list = None        # N lists, one dict per turn: StepResult components and numeric info entries
     counterfactual: torch.Tensor = None  # Tensor[N, T] TCPO fixed-history counterfactuals, NaN where none
     actions: torch.Tensor = None   # Tensor[N] long MAESTRO Conductor emphasis actions (None = equal weights)
     prompts: list = None           # N prompt texts given to reward functions

@@ -34,3 +34,35 @@ class RankZeroSolvesEnv(ArithEnv):
     def make_verifier(cls, **kwargs):
         import os
         return lambda prompt, text, sample: 1.0 if os.environ.get("RANK", "0") == "0" else 0.0
+
+
+class TaskIdEnv(ArithEnv):
+    """An env whose rows name a task by id (as AppWorld's do): it needs no prompt or answer field."""
+
+    @classmethod
+    def data_keys(cls, prompt_key, answer_key):
+        return ("task_id",)
+
+
+class StrResetEnv(ArithEnv):
+    """A first attempt at a user env: reset returns the prompt text instead of chat messages."""
+
+    def reset(self, sample):
+        return super().reset(sample)[-1]["content"]
+
+
+class FloatStepEnv(ArithEnv):
+    """A user env whose step returns the bare score instead of a StepResult."""
+
+    def step(self, model_text):
+        return super().step(model_text).score
+
+
+class PartsEnv(DigitFractionEnv):
+    """Single-turn; its StepResult carries two named components and numeric and text info, as a user env's would."""
+
+    def step(self, model_text):
+        from envs.base import StepResult
+        digits = sum(c.isdigit() for c in model_text) / max(len(model_text), 1)
+        return StepResult(observation=[], score=digits, components={"digits": digits, "brevity": 1.0}, done=True,
+                          info={"chars": len(model_text), "solved": digits >= 1.0, "note": "text is not a metric"})

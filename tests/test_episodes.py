@@ -81,3 +81,56 @@ def test_a_solved_episode_stops_and_a_failed_step_ends_it(tiny_model_dir):
     batch = run_episodes(model, tok, envs, samples, torch.tensor([0, 1]), step, episode_args(3), {})
     assert batch.turn_scores[0].tolist()[0] == 1.0 and math.isnan(batch.turn_scores[0, 1].item())
     assert batch.turn_scores[1, 0].item() == 0.0 and math.isnan(batch.turn_scores[1, 1].item())
+
+
+def _scorer_args(env):
+    return argparse.Namespace(env=env, answer_key="answer", prompt_key="problem", code_workers=1,
+                              reward_funcs=["correctness"], max_turns=1, traj_score="final", reward_weights=None)
+
+
+def _play_one_turn(model_dir, env_name, guarded: bool):
+    """One episode per row of `env_name` through the trainer's guarded step (Scorer.safe_step) or a bare one."""
+    from transformers import AutoModelForCausalLM
+    from envs import env_class
+    from rl.scoring import Scorer
+    tok = load_tokenizer(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    scorer = Scorer(_scorer_args(env_name))
+    samples = env_class(env_name).dataset("train", 2, seed=0)
+    envs = [scorer.new_env() for _ in samples]
+    step_fn = scorer.safe_step if guarded else (lambda env, text: env.step(text))
+    return run_episodes(model, tok, envs, samples, torch.arange(2), step_fn, episode_args(1), {})
+
+
+def test_reset_returning_a_str_is_refused_naming_the_env_class_and_method(tiny_model_dir):
+    from rl.env_contract import EnvContractError
+    with pytest.raises(EnvContractError, match=r"StrResetEnv\.reset returned str '.*'; reset\(sample\) must return"):
+        _play_one_turn(tiny_model_dir, "tests.fixture_envs:StrResetEnv", guarded=True)
+
+
+@pytest.mark.parametrize("guarded", [True, False])
+def test_step_returning_a_float_is_refused_even_under_the_reward_guard(tiny_model_dir, guarded):
+    # under the trainer's guard a raising step is scored 0 and the run goes on: the contract error must still stop it
+    from rl.env_contract import EnvContractError
+    with pytest.raises(EnvContractError, match=r"FloatStepEnv\.step returned float .*; step\(model_text\) must return "
+                                               r"envs\.base\.StepResult"):
+        _play_one_turn(tiny_model_dir, "tests.fixture_envs:FloatStepEnv", guarded=guarded)
+
+
+def test_step_results_components_and_numeric_info_reach_the_env_metrics(tiny_model_dir):
+    from rl.env_metrics import env_metrics
+    batch = _play_one_turn(tiny_model_dir, "tests.fixture_envs:PartsEnv", guarded=True)
+    digits = [sum(c.isdigit() for c in t) / max(len(t), 1) for t in batch.completions]
+    metrics = env_metrics(batch.env_values)
+    assert metrics["env/digits/mean"] == pytest.approx(sum(digits) / 2)
+    assert metrics["env/brevity/mean"] == 1.0
+    assert metrics["env/info/chars/mean"] == pytest.approx(sum(len(t) for t in batch.completions) / 2)
+    assert metrics["env/info/solved/mean"] == pytest.approx(sum(d >= 1.0 for d in digits) / 2)
+    assert not any("note" in k for k in metrics)
+    assert not any("step" in vars(env) for env in batch.envs)  # the contract check is gone once the episode ends
+
+
+def test_a_key_reported_on_some_turns_is_averaged_over_those_turns():
+    from rl.env_metrics import env_metrics
+    values = [[{"correctness": 0.0, "info/hint": 1.0}, {"correctness": 1.0}], [{"correctness": 0.5}]]
+    assert env_metrics(values) == {"env/correctness/mean": 0.5, "env/info/hint/mean": 1.0}

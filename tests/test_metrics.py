@@ -1,0 +1,85 @@
+"""metrics.jsonl and completions.jsonl: strict JSON, one record per step, trimmed on resume; TensorBoard text."""
+import json
+import math
+
+import pytest
+import torch
+
+from rl.completions import completion_records, pick_rows
+from rl.metrics import MetricsLogger, read_metrics
+from rl.types import Rollout
+
+
+def strict_json_lines(path):
+    """Parse as strict JSON: Python's json accepts bare NaN / Infinity, most other parsers (jq, JS, pandas' ujson
+    in strict mode) do not."""
+    def refuse(name):
+        raise ValueError(f"bare {name} in {path}")
+    with open(path) as f:
+        return [json.loads(line, parse_constant=refuse) for line in f]
+
+
+def test_non_finite_metrics_are_written_as_null(tmp_path):
+    logger = MetricsLogger(str(tmp_path), enabled=True)
+    logger.log(1, {"reward/judge/mean": float("nan"), "actor/grad_norm": float("inf"),
+                   "reward/mean": torch.tensor(0.5)})
+    (record,) = strict_json_lines(tmp_path / "metrics.jsonl")
+    assert record == {"step": 1, "reward/judge/mean": None, "actor/grad_norm": None, "reward/mean": 0.5}
+
+
+def _scored_batch(n=8, groups=4, turns=1, turn_level=False):
+    turn_scores = torch.full((n, turns), float("nan"))
+    turn_scores[:, 0] = torch.linspace(0, 1, n)
+    return Rollout(input_ids=torch.zeros(n, 2, dtype=torch.long), attention_mask=torch.ones(n, 2, dtype=torch.long),
+                   response_mask=torch.ones(n, 1), prompt_len=1,
+                   group_ids=torch.arange(groups).repeat_interleave(n // groups),
+                   completions=[f"answer {i}" for i in range(n)], samples=[{}] * n, turn_scores=turn_scores,
+                   prompts=[f"prompt {i // (n // groups)}" for i in range(n)], scores=torch.linspace(0, 1, n),
+                   components={"correctness": torch.linspace(0, 1, n), "judge": torch.full((n,), float("nan"))},
+                   advantages=torch.randn(n, turns) if turn_level else torch.randn(n))
+
+
+def test_logged_completions_spread_over_prompts_and_carry_reward_and_advantage():
+    batch = _scored_batch()
+    records = completion_records(batch, 4)
+    assert [r["prompt"] for r in records] == ["prompt 0", "prompt 1", "prompt 2", "prompt 3"]
+    first = records[0]
+    assert first["completion"] == "answer 0" and first["reward"] == 0.0 and first["group"] == 0
+    assert first["components"] == {"correctness": 0.0, "judge": None}  # an abstention is null, not NaN
+    assert first["advantage"] == pytest.approx(batch.advantages[0].item())
+    assert completion_records(batch, 0) == [] and pick_rows(3, 10) == [0, 1, 2]
+
+
+def test_turn_level_advantages_are_logged_per_turn_played():
+    batch = _scored_batch(turns=3, turn_level=True)
+    batch.turn_scores[0, 1] = 1.0
+    batch.conversations = [[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a1"},
+                            {"role": "user", "content": "again"}, {"role": "assistant", "content": "a2"}]] * 8
+    record = completion_records(batch, 1)[0]
+    assert record["turn_scores"] == [0.0, 1.0] and record["turns"] == ["a1", "a2"]
+    assert record["advantage"] == pytest.approx(batch.advantages[0, :2].tolist())
+
+
+def test_completions_file_is_strict_json_and_a_resume_drops_the_lines_of_lost_steps(tmp_path):
+    logger = MetricsLogger(str(tmp_path), enabled=True)
+    for step in (1, 2, 3):
+        logger.log_completions(step, completion_records(_scored_batch(), 2))
+    assert [r["step"] for r in strict_json_lines(tmp_path / "completions.jsonl")] == [1, 1, 2, 2, 3, 3]
+    MetricsLogger(str(tmp_path), enabled=True, start_step=2)  # resumed from the step-2 checkpoint
+    assert [r["step"] for r in read_metrics(str(tmp_path / "completions.jsonl"))] == [1, 1, 2, 2]
+
+
+def test_completions_reach_tensorboard_as_text(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    logger = MetricsLogger(str(tmp_path), enabled=True, tensorboard_path=str(tmp_path / "tb"))
+    logger.log_completions(1, completion_records(_scored_batch(), 2))
+    logger.close()
+    events = EventAccumulator(str(tmp_path / "tb"), size_guidance={"tensors": 0})
+    events.Reload()
+    (entry,) = events.Tensors("completions/text_summary")
+    text = entry.tensor_proto.string_val[0].decode()
+    assert "| prompt 0 | answer 0 |" in text and "| prompt 2 | answer 4 |" in text
+
+
+def test_console_line_still_formats_nan():
+    assert "reward nan" in MetricsLogger("unused", enabled=False).console_line(1, {"reward/mean": math.nan})
