@@ -66,7 +66,7 @@ def main():
             rows = read_metrics(os.path.join(out, "metrics.jsonl"))
             key = next(k for k in rows[0] if k.endswith(LENGTH_KEY))
             length = [r[key] for r in rows]
-            reached = next((r["step"] for r in rows if r[key] >= a.threshold), None)
+            reached = next((r["step"] for r in rows if r[key] is not None and r[key] >= a.threshold), None)
             with open(os.path.join(out, "eval.json")) as f:
                 result = json.load(f)
             accuracy = 100 * result["metrics"]["pass@1"] if "metrics" in result else result["accuracy"]
