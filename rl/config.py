@@ -149,8 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "--vllm_is_cap), for the mismatch between vLLM's and the trainer's log-probs")
     g.add_argument("--vllm_is_cap", type=float, default=2.0, help="TIS weight cap C (verl's rollout_is_threshold: 2)")
     g.add_argument("--dist_timeout_minutes", type=float, default=30.0,
-                   help="timeout of every collective of DeepSpeed's process group (and credo's vLLM weight-sync "
-                        "groups); vLLM's own tensor-parallel groups keep vLLM's timeouts")
+                   help="timeout of every collective of DeepSpeed's process group (and of the groups in which "
+                        "credo shares prompts between tensor-parallel ranks); vLLM builds its own tensor-parallel "
+                        "groups, which keep vLLM's timeouts")
 
     g = p.add_argument_group("loss")
     g.add_argument("--beta", type=float, default=0.0, help="KL coefficient to the frozen reference; 0 skips loading it")
