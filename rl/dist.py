@@ -74,7 +74,8 @@ def all_gather_cat(t: torch.Tensor) -> torch.Tensor:
 
 
 def all_reduce(t: torch.Tensor, op: str = "sum") -> torch.Tensor:
-    """A reduced copy of `t` on the caller's device; `t` itself is never changed (torch's all_reduce is in place)."""
+    """A reduced copy of `t` on the caller's device; `t` itself is never changed (torch's all_reduce is in place).
+    Without a process group, `t` itself."""
     if not is_dist():
         return t
     reduced = t.to(comm_device(), copy=True)
