@@ -132,9 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="training dtype; auto = bf16 on CUDA and on CPUs with bf16 matmul instructions (AMX or AVX-512 BF16: "
                         "1.7-2x faster steps measured), fp32 on other CPUs; fp16 (loss-scaled) is CUDA only")
     g.add_argument("--enable_hybrid_engine", action="store_true",
-                   help="DeepSpeed hybrid engine for generation (CUDA and an architecture it has kernels for: llama "
-                        "without scaled RoPE, bloom, gptj, gpt_neo, gpt_neox; elsewhere one warning and "
-                        "gather-and-generate)")
+                   help="DeepSpeed hybrid engine for generation (CUDA and an architecture whose DeepSpeed 0.19 "
+                        "container fits transformers 5.x: bloom, gptj, gpt_neo, untested; not llama, gpt_neox, qwen, "
+                        "opt: rl/engine.py says why; elsewhere one warning and gather-and-generate)")
     g.add_argument("--local_rank", type=int, default=-1, help="set by the deepspeed launcher")
 
     g = p.add_argument_group("rollout backend (GPU)")
@@ -161,7 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "--vllm_is_cap), for the mismatch between vLLM's and the trainer's log-probs")
     g.add_argument("--vllm_is_cap", type=float, default=2.0, help="TIS weight cap C (verl's rollout_is_threshold: 2)")
     g.add_argument("--dist_timeout_minutes", type=float, default=30.0,
-                   help="timeout of every collective (DeepSpeed's process group and vLLM's tensor-parallel groups)")
+                   help="timeout of every collective of DeepSpeed's process group (and of the groups in which "
+                        "credo shares prompts between tensor-parallel ranks); vLLM builds its own tensor-parallel "
+                        "groups, which keep vLLM's timeouts")
 
     g = p.add_argument_group("loss")
     g.add_argument("--beta", type=float, default=0.0, help="KL coefficient to the frozen reference; 0 skips loading it")
@@ -297,8 +299,9 @@ def validate(args) -> None:
         bad(exc.args[0])
     if args.data_path is None and env_cls.dataset("train", 1, args.seed) is None:
         bad(f"--env {args.env} has no data of its own: pass --data_path")
-    local_model = os.path.sep in args.model_name_or_path or args.model_name_or_path.startswith(".")
-    if local_model and not os.path.exists(args.model_name_or_path):
+    if is_local_model_path(args.model_name_or_path):
+        args.model_name_or_path = os.path.expanduser(args.model_name_or_path)
+    if is_local_model_path(args.model_name_or_path) and not os.path.exists(args.model_name_or_path):
         hint = " (run `bash scripts/setup.sh` to convert the default model)" if args.model_name_or_path == DEFAULT_MODEL_DIR else ""
         bad(f"--model_name_or_path {args.model_name_or_path} does not exist{hint}")
     if args.tensorboard_path is None:
@@ -329,6 +332,8 @@ def validate_rollout_backend(args, bad) -> None:
         bad(f"--vllm_is_cap must be > 0, got {args.vllm_is_cap}")
     if args.vllm_max_model_len < 0:
         bad(f"--vllm_max_model_len must be >= 0, got {args.vllm_max_model_len}")
+    if args.temperature > 2:
+        bad(f"--temperature {args.temperature}: vLLM samples at temperatures up to 2 only (--rollout_backend vllm)")
     if args.enable_hybrid_engine:
         bad("--enable_hybrid_engine speeds up generation on the actor; with --rollout_backend vllm vLLM generates: "
             "pick one")
@@ -362,8 +367,16 @@ def validate_maestro(args, bad):
     if args.maestro_update_interval < 1 or args.maestro_tau_init <= 0:
         bad("--maestro_update_interval must be >= 1 and --maestro_tau_init > 0")
     path = args.reward_model_name_or_path
-    if path and (os.path.sep in path or path.startswith(".")) and not os.path.exists(path):
-        bad(f"--reward_model_name_or_path {path} does not exist")
+    if path and is_local_model_path(path):
+        path = args.reward_model_name_or_path = os.path.expanduser(path)
+        if not os.path.exists(path):
+            bad(f"--reward_model_name_or_path {path} does not exist")
+
+
+def is_local_model_path(value: str) -> bool:
+    """A model flag names a local folder when it exists, is absolute, or starts with `.` or `~`; anything else
+    (`Qwen/Qwen3-4B`) is a hub id that transformers and vLLM resolve themselves (not checked: no network here)."""
+    return os.path.exists(value) or os.path.isabs(value) or value.startswith((".", "~"))
 
 
 def parse_args(argv=None):

@@ -1,9 +1,15 @@
-"""Thin collectives over deepspeed.comm that also work in a single process without a process group."""
+"""Thin collectives over deepspeed.comm that also work in a single process without a process group.
+
+Tensors go to the accelerator's current device for the collective and come back on the caller's device: on CUDA
+DeepSpeed's process group is NCCL only, and torch refuses a CPU tensor there ("No backend type associated with
+device type cpu"), while many of the trainer's counters and scores live on the CPU.
+"""
 import glob
 import os
 
 import torch
 import deepspeed.comm as dist
+from deepspeed.accelerator import get_accelerator
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -12,6 +18,10 @@ def init_distributed(timeout=None):
     """deepspeed.init_distributed (gloo on CPU, nccl on CUDA) from the launcher's environment variables; `timeout`
     (a timedelta) bounds every collective, so a dead rank ends the run instead of hanging it."""
     import deepspeed
+    # Every rank's collectives use its own GPU from the first one on (DeepSpeed-Chat sets it before init too; the
+    # engine would set it only later, in deepspeed.initialize). A no-op on CPU.
+    if "LOCAL_RANK" in os.environ:
+        get_accelerator().set_device(int(os.environ["LOCAL_RANK"]))
     # DeepSpeed JIT-builds its CPU shared-memory comm op at init. A build folder per checkout keeps two
     # checkouts (or venvs) from rebuilding over each other's files and waiting on each other's lock.
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(REPO_ROOT, ".cache", "torch_extensions"))
@@ -47,31 +57,40 @@ def world_size() -> int:
     return dist.get_world_size() if is_dist() else 1
 
 
+def comm_device() -> torch.device:
+    """Where the process group's collectives run: the accelerator's current device (cuda:LOCAL_RANK, or cpu)."""
+    return torch.device(get_accelerator().current_device_name())
+
+
 def all_gather_cat(t: torch.Tensor) -> torch.Tensor:
-    """Concatenate equal-shaped tensors from all ranks along dim 0, in rank order."""
-    if world_size() == 1:
+    """Concatenate equal-shaped tensors from all ranks along dim 0, in rank order; on the caller's device."""
+    # A process group of one rank still runs the collective, so that one GPU exercises the path many GPUs take.
+    if not is_dist():
         return t
-    out = [torch.empty_like(t) for _ in range(world_size())]
-    dist.all_gather(out, t.contiguous())
-    return torch.cat(out, dim=0)
+    local = t.to(comm_device()).contiguous()
+    out = [torch.empty_like(local) for _ in range(world_size())]
+    dist.all_gather(out, local)
+    return torch.cat(out, dim=0).to(t.device)
 
 
 def all_reduce(t: torch.Tensor, op: str = "sum") -> torch.Tensor:
-    if world_size() == 1:
+    """A reduced copy of `t` on the caller's device; `t` itself is never changed (torch's all_reduce is in place).
+    Without a process group, `t` itself."""
+    if not is_dist():
         return t
-    t = t.clone()
-    dist.all_reduce(t, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op])
-    return t
+    reduced = t.to(comm_device(), copy=True)
+    dist.all_reduce(reduced, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op])
+    return reduced.to(t.device)
 
 
 def barrier():
-    if world_size() > 1:
+    if is_dist():
         dist.barrier()
 
 
 def all_gather_object(obj) -> list:
-    """One picklable object from every rank, in rank order."""
-    if world_size() == 1:
+    """One picklable object from every rank, in rank order (torch moves the pickles to the group's device itself)."""
+    if not is_dist():
         return [obj]
     out = [None] * world_size()
     dist.all_gather_object(out, obj)

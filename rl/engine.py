@@ -16,9 +16,23 @@ logger = logging.getLogger(__name__)
 
 # HF model types whose decoder layer has a DeepSpeed 0.19 hybrid-engine inference container
 # (deepspeed/module_inject/containers: the HybridEngineContainer subclasses, looked up through
-# replace_policy.replace_policies). Left out: opt (0.19.8 skips its policy for transformers' Cache-based OPT layer,
-# which is what transformers 5.x has); qwen2/qwen3/mistral (no container at all). internlm is remote code.
-HYBRID_ENGINE_MODEL_TYPES = ("llama", "bloom", "gptj", "gpt_neo", "gpt_neox", "internlm")
+# replace_policy.replace_policies) and whose transformers 5.x model still reads the layer's output as a tuple
+# (`hidden_states = outputs[0]`), as DeepSpeed's injected layer returns one (return_tuple=True,
+# deepspeed/inference/config.py; model_implementations/transformers/ds_transformer.py). None of these has run here
+# (no GPU), and transformers 5.x hands their layers a Cache object where DeepSpeed's layer was written for tuple
+# caches: unchecked, they may fail as well. internlm is remote code. qwen2/qwen3/mistral have no container at all.
+HYBRID_ENGINE_MODEL_TYPES = ("bloom", "gptj", "gpt_neo", "internlm")
+# Containers DeepSpeed 0.19.8 has, for models it cannot serve under transformers 5.x: credo's reading of the two
+# sources, refused rather than left to generate garbage.
+_TUPLE_FOR_TENSOR = ("transformers 5.x's {model} takes each decoder layer's output as the hidden-state tensor, and "
+                     "DeepSpeed's injected layer returns a tuple (return_tuple=True; DeepSpeed 0.19.8 guards only OPT "
+                     "against this)")
+HYBRID_ENGINE_REFUSED = {
+    "llama": _TUPLE_FOR_TENSOR.format(model="LlamaModel") + "; and DS_LLAMAContainer never sets num_kv, so "
+             "grouped-query attention (fewer KV heads than query heads) would be computed wrongly",
+    "gpt_neox": _TUPLE_FOR_TENSOR.format(model="GPTNeoXModel"),
+    "opt": "DeepSpeed 0.19.8 skips its OPT policy for transformers 5.x's Cache-based OPT layer",
+}
 
 
 def on_cuda() -> bool:
@@ -31,6 +45,9 @@ def hybrid_engine_supported(model_type: str, rope_scaling=None) -> tuple:
     A scaled rotary embedding (e.g. Llama 3.1's rope_type "llama3", which DeepSeek-R1-Distill-Llama-8B uses) is
     refused: the injected kernel builds its rotary table from rope_theta alone (DeepSpeed 0.19.8 raises on it).
     """
+    if model_type in HYBRID_ENGINE_REFUSED:
+        return False, f"the DeepSpeed hybrid engine cannot generate for model type {model_type!r}: " \
+                      f"{HYBRID_ENGINE_REFUSED[model_type]}"
     if model_type not in HYBRID_ENGINE_MODEL_TYPES:
         return False, (f"DeepSpeed has no hybrid-engine inference container for model type {model_type!r} "
                        f"(supported: {', '.join(HYBRID_ENGINE_MODEL_TYPES)})")
@@ -145,7 +162,11 @@ def _hybrid_engine_fallback_reason(model_path: str):
     if not on_cuda():
         return f"the DeepSpeed hybrid engine needs CUDA (this run: {get_accelerator().device_name()})"
     from transformers import AutoConfig
-    config = AutoConfig.from_pretrained(model_path)
+    return hybrid_engine_refusal(AutoConfig.from_pretrained(model_path))
+
+
+def hybrid_engine_refusal(config):
+    """None when the hybrid engine can generate for this HF config (on CUDA), else the one-line reason."""
     rope = getattr(config, "rope_scaling", None) or getattr(config, "rope_parameters", None)
     ok, why = hybrid_engine_supported(config.model_type, rope if isinstance(rope, dict) else None)
     return None if ok else why

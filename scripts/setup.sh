@@ -15,13 +15,14 @@ quiet_pip() {  # pip prints one warning per missing local index folder on this m
   return "${PIPESTATUS[0]}"
 }
 
+WITH_VLLM=${WITH_VLLM:-0}   # 1: also the GPU extra (requirements-gpu.txt: vLLM, torch 2.14.0 CUDA); CUDA machines only
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  # With vLLM: the torch it is built against, installed once (not the newest <2.15 and then a second multi-GB wheel)
+  [ "$WITH_VLLM" != 1 ] || TORCH_SPEC=${TORCH_SPEC:-$(grep -E '^torch==' requirements-gpu.txt)}
   TORCH_SPEC=${TORCH_SPEC:-"torch>=2.6,<2.15"}   # CUDA machine: the default (CUDA) wheel
 else
   TORCH_SPEC=${TORCH_SPEC:-"torch==2.13.0"}       # CPU: the CPU build (on this machine's disk)
 fi
-
-WITH_VLLM=${WITH_VLLM:-0}   # 1: also the GPU extra (requirements-gpu.txt: vLLM, torch 2.14.0 CUDA); CUDA machines only
 stamp=".venv/.credo-setup-$(cat requirements.txt requirements-gpu.txt scripts/setup.sh | sha256sum | cut -c1-16)-${TORCH_SPEC//[^a-zA-Z0-9.]/_}-vllm${WITH_VLLM}"
 if [ ! -f "$stamp" ]; then
   echo "[setup] installing $TORCH_SPEC and requirements.txt into .venv"

@@ -58,13 +58,14 @@ def test_bad_gpu_flag_combinations_are_refused(argv, fragment, tiny_model_dir, c
 
 
 @pytest.mark.parametrize("model_type,rope,ok", [
-    ("llama", None, True),
-    ("llama", {"rope_type": "default", "rope_theta": 1e4}, True),
+    ("llama", None, False),                                      # tuple for tensor, no num_kv (rl/engine.py)
+    ("llama", {"rope_type": "default", "rope_theta": 1e4}, False),
     ("llama", {"rope_type": "llama3", "factor": 8.0}, False),   # DeepSeek-R1-Distill-Llama-8B
     ("qwen3", None, False),                                      # Qwen3-4B: no DeepSpeed inference container
     ("qwen2", None, False),
     ("opt", None, False),                                        # skipped by DeepSpeed 0.19.8 for transformers 5.x
-    ("gpt_neox", None, True),
+    ("gpt_neox", None, False),
+    ("gptj", None, True),
 ])
 def test_hybrid_engine_support_follows_deepspeeds_containers(model_type, rope, ok):
     supported, why = hybrid_engine_supported(model_type, rope)
@@ -78,4 +79,4 @@ def test_hybrid_engine_block_is_valid_deepspeed_config(tiny_model_dir):
     block = hybrid_engine_config(args)
     parsed = HybridEngineConfig(**block)
     assert parsed.enabled and parsed.max_out_tokens == args.max_prompt_seq_len + 2 * args.max_answer_seq_len + 512
-    assert "llama" in HYBRID_ENGINE_MODEL_TYPES
+    assert "gptj" in HYBRID_ENGINE_MODEL_TYPES

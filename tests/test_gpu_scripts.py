@@ -1,5 +1,10 @@
 """The GPU launchers' argument handling, on CPU: every script parses, DRY_RUN=1 prints the deepspeed command a
-deployment needs, and every flag it writes is a train.py flag."""
+deployment needs, and the command it prints passes train.py's own flag validation (`rl.config.parse_args`) for every
+method, model (its default hub id) and deployment.
+
+With `--rollout_backend vllm` (the launchers' default) validation ends by asking whether vLLM can run here; this
+machine has neither CUDA nor vLLM, so those tests replace only that availability check, and one test shows that it
+is the only thing refused here."""
 import glob
 import os
 import shlex
@@ -7,17 +12,30 @@ import subprocess
 
 import pytest
 
-from rl.config import build_parser
+import rl.rollout_vllm
+from rl.config import build_parser, parse_args
 from tests.helpers import REPO_ROOT
 
 METHODS = ("grpo", "gdpo", "dara", "tcpo", "maestro")
 MODELS = {"qwen3-4b": "Qwen/Qwen3-4B", "r1-distill-llama-8b": "deepseek-ai/DeepSeek-R1-Distill-Llama-8B"}
+DEPLOYMENTS = ("single_gpu", "single_node", "multi_node")
 
 
 def dry_run(deployment, *args, **env):
     full_env = dict(os.environ, DRY_RUN="1", **env)
     return subprocess.run(["bash", f"scripts/gpu/{deployment}.sh", *args], cwd=REPO_ROOT, env=full_env,
                           capture_output=True, text=True, timeout=30)
+
+
+def launcher_command(deployment, method, model, tmp_path, **env):
+    """The train.py flags a launcher writes for METHOD MODEL (multi_node gets a two-node hostfile)."""
+    if deployment == "multi_node":
+        hostfile = tmp_path / "hostfile"
+        hostfile.write_text("node-a slots=8\nnode-b slots=8\n")
+        env["HOSTFILE"] = str(hostfile)
+    proc = dry_run(deployment, method, model, **env)
+    assert proc.returncode == 0, proc.stderr
+    return train_argv(proc.stdout)[1]
 
 
 def train_argv(stdout):
@@ -85,11 +103,33 @@ def test_bad_arguments_print_usage_and_fail(args, fragment):
     assert proc.returncode == 2 and fragment in proc.stderr and proc.stdout == ""
 
 
-def test_launcher_flags_pass_train_py_validation_on_cpu(tiny_model_dir):
-    """With the GPU-only parts swapped for CPU ones, the written flags pass train.py's own checks."""
-    from rl.config import validate
-    for method in ("grpo", "gdpo", "dara", "tcpo"):  # maestro is refused until it lands
-        proc = dry_run("single_node", method, "qwen3-4b", ROLLOUT_BACKEND="hf", MODEL_PATH=tiny_model_dir,
-                       DATA="data/math500/test.jsonl")
-        args = build_parser().parse_args(train_argv(proc.stdout)[1])
-        validate(args)
+@pytest.mark.parametrize("deployment", DEPLOYMENTS)
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("model", MODELS)
+def test_every_launcher_command_passes_validation(deployment, method, model, tmp_path, monkeypatch):
+    """The launcher as shipped (vLLM rollouts, the default hub model id, MATH train); vLLM's availability assumed."""
+    monkeypatch.chdir(REPO_ROOT)  # the launchers cd there; DATA is relative to it
+    monkeypatch.setattr(rl.rollout_vllm, "vllm_unavailable_reason", lambda: None)
+    args = parse_args(launcher_command(deployment, method, model, tmp_path))
+    assert args.algo == method and args.model_name_or_path == MODELS[model] and args.rollout_backend == "vllm"
+
+
+@pytest.mark.parametrize("deployment", DEPLOYMENTS)
+@pytest.mark.parametrize("method", METHODS)
+def test_every_launcher_command_passes_validation_with_hf_rollouts(deployment, method, tmp_path, monkeypatch):
+    """ROLLOUT_BACKEND=hf needs nothing this machine lacks: the real validation, nothing replaced."""
+    monkeypatch.chdir(REPO_ROOT)
+    args = parse_args(launcher_command(deployment, method, "r1-distill-llama-8b", tmp_path, ROLLOUT_BACKEND="hf"))
+    assert args.rollout_backend == "hf" and args.vllm_is_correction == "none"
+
+
+def test_without_vllm_here_the_availability_check_is_the_only_refusal(tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    reason = rl.rollout_vllm.vllm_unavailable_reason()
+    argv = launcher_command("single_node", "maestro", "qwen3-4b", tmp_path)
+    if reason is None:  # a machine that can run vLLM
+        parse_args(argv)
+        return
+    with pytest.raises(SystemExit) as exc:
+        parse_args(argv)
+    assert str(exc.value) == f"train.py: error: {reason}"

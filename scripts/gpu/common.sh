@@ -91,8 +91,11 @@ credo_configure() {
       fi
       ;;
     maestro)
-      # MAESTRO: conductor over reward emphasis on correctness and format (its knobs are in its own issue).
-      method_args=(--algo maestro --reward_funcs correctness,format --format_style boxed --beta 0.0
+      # MAESTRO: the Conductor picks each response's emphasis between the verifier (correctness) and the boxed
+      # format (fmt). It mixes --maestro_rewards itself, so --reward_funcs stays the default (validation refuses
+      # others). The paper's open-domain set (fmt,ppl,ent,len,pref) is for tasks without a verifier; len's default
+      # 16-64 token window and ppl/ent's extra forwards do not suit 4-8k-token reasoning answers.
+      method_args=(--algo maestro --maestro_rewards correctness,fmt --format_style boxed --beta 0.0
                    --clip_ratio_high 0.28)
       ;;
     *) echo "unknown METHOD '$method'" >&2; credo_usage; return 2 ;;

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# The CUDA checks CPU cannot make, in one short run (a few minutes) on a lent GPU machine that has torch (CUDA) and
+# transformers but no DeepSpeed, no vLLM and no network. Nothing is downloaded: DeepSpeed comes along as wheels.
+#   1. a tiny random Llama built in code (tests/helpers.py) through train.py: ZeRO-3, bf16, 2 steps, with a reference;
+#   2. --enable_hybrid_engine on that Llama: one warning that rl/engine.py refuses it, then gather-and-generate;
+#   3. rl/dist.py on a one-rank NCCL group: every collective gets the GPU tensor, results come back on the caller's
+#      device (scripts/gpu/dist_probe.py).
+# Writes $OUT/cuda_check.md (what ran, versions, pass/fail, the tails of the logs) and the logs beside it.
+#
+# Here (network or package index, before the GPU session):  bash scripts/gpu/cuda_check.sh --prepare
+#   builds .whl/ (git-ignored, ~14 MB): `pip wheel deepspeed==0.19.8 --no-deps -w .whl/` plus the wheels of its
+#   import-time dependencies for CPython 3.10-3.13 on x86_64 (scripts/gpu/offline_wheels.py lists them).
+# On the GPU machine (the device tool, with carry [".whl"]):  bash scripts/gpu/cuda_check.sh
+#   ALLOW_CPU=1 runs the same steps on CPU (fp32, gloo) to check the script itself.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+PYTHON=${PYTHON:-python3}
+
+if [ "${1:-}" = --prepare ]; then
+  set -e
+  mkdir -p .whl
+  "$PYTHON" -m pip wheel deepspeed==0.19.8 --no-deps -w .whl/
+  "$PYTHON" -m pip download --no-deps -d .whl hjson==3.1.0 einops==0.8.2 py-cpuinfo==9.0.0 annotated-types==0.8.0 \
+    typing-inspection==0.4.5 typing_extensions==4.16.0 pydantic==2.14.4
+  for v in 3.10 3.11 3.12 3.13; do
+    "$PYTHON" -m pip download --no-deps -d .whl --only-binary=:all: --python-version "$v" \
+      --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 pydantic_core==2.50.5 msgpack==1.2.4
+  done
+  "$PYTHON" -m pip download --no-deps -d .whl --only-binary=:all: --python-version 3.11 \
+    --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 psutil==7.2.2 ninja==1.13.2
+  du -sh .whl
+  exit 0
+fi
+
+OUT=${OUT:-output/cuda_check}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+REPORT="$OUT/cuda_check.md"
+DEPS=${DEPS:-/tmp/credo_gpu_deps}
+STEP_TIMEOUT=${STEP_TIMEOUT:-240}
+results=()
+
+if "$PYTHON" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+  DTYPE=bf16
+elif [ "${ALLOW_CPU:-0}" = 1 ]; then
+  DTYPE=fp32
+else
+  echo "cuda_check: torch sees no CUDA device (ALLOW_CPU=1 runs the steps on CPU)" >&2
+  exit 1
+fi
+
+{
+  echo "# cuda_check ($(date -u +%Y-%m-%dT%H:%M:%SZ))"
+  echo
+  echo '```'
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 || echo "no nvidia-smi"
+  "$PYTHON" -c "import sys, torch, transformers; print('python', sys.version.split()[0], '| torch', torch.__version__,
+'cuda', torch.version.cuda, '| transformers', transformers.__version__)"
+  echo '```'
+} > "$REPORT"
+
+# DeepSpeed and what it imports, unpacked from .whl/ where this Python lacks them.
+if ! "$PYTHON" scripts/gpu/offline_wheels.py .whl "$DEPS" > "$OUT/deps.log" 2>&1; then
+  cat "$OUT/deps.log" >&2
+  { echo; echo "**stopped: DeepSpeed could not be made importable**"; echo '```'; cat "$OUT/deps.log"; echo '```'; } \
+    >> "$REPORT"
+  exit 1
+fi
+export PYTHONPATH="$DEPS:$PWD${PYTHONPATH:+:$PYTHONPATH}" TOKENIZERS_PARALLELISM=false
+ds_version=$("$PYTHON" -c 'import deepspeed; print(deepspeed.__version__, deepspeed.__file__)' 2>&1 | tail -1)
+{ echo; echo "deepspeed: $ds_version"; } >> "$REPORT"
+
+"$PYTHON" -c "from tests.helpers import build_tiny_model; build_tiny_model('$OUT/tiny_llama')" \
+  > "$OUT/tiny_llama.log" 2>&1
+
+launch() {  # launch NAME SCRIPT ARGS...: the real deepspeed launcher, one rank, log to $OUT/NAME.log
+  local name=$1; shift
+  timeout "$STEP_TIMEOUT" "$PYTHON" -m deepspeed.launcher.runner --num_gpus 1 --master_port "${PORT:-29517}" "$@" \
+    > "$OUT/$name.log" 2>&1
+}
+
+check() {  # check NAME DESCRIPTION COMMAND...: run, record ok/FAILED and the log's tail in the report
+  local name=$1 what=$2; shift 2
+  local t0=$SECONDS status
+  if "$@"; then status=ok; else status=FAILED; fi
+  results+=("$status")
+  { echo; echo "## $name: $status ($((SECONDS - t0)) s)"; echo; echo "$what"; echo; echo '```';
+    tail -n 25 "$OUT/$name.log" 2>/dev/null; echo '```'; } >> "$REPORT"
+  echo "$name: $status"
+}
+
+TINY=(--model_name_or_path "$OUT/tiny_llama" --env tests.fixture_envs:DigitFractionEnv --num_generations 4
+      --per_device_generation_batch_size 2 --max_answer_seq_len 12 --temperature 1.0 --actor_learning_rate 1e-2
+      --num_train_samples 200 --actor_zero_stage 3 --dtype "$DTYPE" --resume none --no_final_export)
+
+zero3_two_steps() {
+  launch zero3_bf16 train.py "${TINY[@]}" --beta 0.05 --max_steps 2 --output_dir "$OUT/zero3_bf16" || return 1
+  "$PYTHON" - "$OUT/zero3_bf16/metrics.jsonl" >> "$OUT/zero3_bf16.log" 2>&1 <<'EOF'
+import json, math, sys
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+keys = ("actor/loss", "actor/grad_norm", "actor/kl", "train/skipped_step")
+for row in rows:
+    print({k: row.get(k) for k in keys})
+assert len(rows) == 2, f"{len(rows)} steps logged"
+assert all(math.isfinite(r["actor/loss"]) and math.isfinite(r["actor/grad_norm"]) for r in rows)
+assert all(r["train/skipped_step"] == 0 for r in rows)
+print("2 steps, finite loss and gradient norm, none skipped")
+EOF
+}
+
+hybrid_engine_refused() {
+  launch hybrid_engine train.py "${TINY[@]}" --enable_hybrid_engine --max_steps 1 --output_dir "$OUT/hybrid_engine" \
+    || return 1
+  local expected="enable_hybrid_engine: the DeepSpeed hybrid engine cannot generate for model type 'llama'" n
+  if [ "$DTYPE" = fp32 ]; then expected="enable_hybrid_engine: the DeepSpeed hybrid engine needs CUDA"; fi  # ALLOW_CPU
+  n=$(grep -c "$expected" "$OUT/hybrid_engine.log")
+  echo "warnings '$expected': $n" >> "$OUT/hybrid_engine.log"
+  [ "$n" = 1 ]
+}
+
+collectives_on_the_gpu() {
+  launch dist_probe scripts/gpu/dist_probe.py --out "$OUT/dist_probe.json"
+}
+
+check zero3_bf16 "train.py, tiny random Llama, ZeRO-3 ($DTYPE), beta 0.05 (a ZeRO-3 reference), 2 steps" zero3_two_steps
+check hybrid_engine "--enable_hybrid_engine on the Llama: one warning naming the refusal, then the HF fallback" \
+  hybrid_engine_refused
+check dist_probe "rl/dist.py on a one-rank process group (checks in dist_probe.json)" collectives_on_the_gpu
+[ -f "$OUT/dist_probe.json" ] && { echo; echo '```json'; cat "$OUT/dist_probe.json"; echo '```'; } >> "$REPORT"
+
+echo "report: $REPORT"
+for r in "${results[@]}"; do [ "$r" = ok ] || exit 1; done
