@@ -18,7 +18,7 @@ import torch
 from tqdm import tqdm
 
 from envs import ENVS, env_class
-from rl.config import DECODE_LOOPS
+from rl.config import DECODE_LOOPS, is_local_model_path
 from rl.data import DataError, load_rows
 from rl.data_files import data_paths
 from rl.episodes import run_episodes
@@ -83,8 +83,10 @@ def validate(args):
         bad("--n > 1 with greedy decoding (--temperature 0) gives n identical samples; set --temperature")
     if args.max_turns < 1:
         bad("--max_turns must be >= 1")
-    if not os.path.exists(args.model_name_or_path):
-        bad(f"--model_name_or_path {args.model_name_or_path} does not exist")
+    if is_local_model_path(args.model_name_or_path):  # else a hub id (Qwen/Qwen3-4B) for transformers to resolve
+        args.model_name_or_path = os.path.expanduser(args.model_name_or_path)
+        if not os.path.exists(args.model_name_or_path):
+            bad(f"--model_name_or_path {args.model_name_or_path} does not exist")
     if args.compare and not os.path.exists(args.compare):
         bad(f"--compare {args.compare} does not exist")
     if args.data_path is not None:

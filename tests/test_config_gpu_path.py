@@ -62,3 +62,13 @@ def test_vllm_temperature_above_two_is_refused_at_parse_time(tiny_model_dir):
 
 def test_hf_rollouts_keep_temperatures_above_two(tiny_model_dir):
     assert parse_args(["--model_name_or_path", tiny_model_dir, "--temperature", "2.5"]).temperature == 2.5
+
+
+def test_eval_py_takes_a_hub_id_and_refuses_a_missing_local_folder(tmp_path):
+    import eval as eval_cli
+    args = eval_cli.build_parser().parse_args(["--model_name_or_path", "Qwen/Qwen3-4B"])
+    eval_cli.validate(args)  # a hub id is for transformers to resolve, not a path to check
+    assert args.model_name_or_path == "Qwen/Qwen3-4B"
+    missing = str(tmp_path / "no_such_model")
+    with pytest.raises(SystemExit, match="does not exist"):
+        eval_cli.validate(eval_cli.build_parser().parse_args(["--model_name_or_path", missing]))
