@@ -56,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="length reward: 1 when the reasoning part (before the final answer) has at most this many words")
     g.add_argument("--code_workers", type=int, default=2,
                    help="env steps (verifier calls, sandboxed programs) run in parallel per rank")
+    g.add_argument("--reward_timeout", type=float, default=10.0,
+                   help="seconds per reward call (a --reward_funcs call, an env step); a call past it scores 0 and "
+                        "counts as failed, and a --reward_funcs call's worker process is killed")
+    g.add_argument("--reward_workers", type=int, default=8,
+                   help="worker processes per rank running --reward_funcs calls at once, so a step whose calls all "
+                        "hang costs about one --reward_timeout")
     g.add_argument("--final_norm", choices=("response", "token", "none"), default="response",
                    help="GDPO/DARA batch normalisation of the summed advantage (token = verl's masked whitening)")
     g.add_argument("--dara_variant", choices=("asym", "sym"), default="asym", help="DARA variant (paper's main: asym)")
@@ -178,8 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--skip_bad_rows", action="store_true",
                    help="skip malformed data rows (reporting how many) instead of stopping at the first")
     g.add_argument("--max_reward_error_rate", type=float, default=0.5,
-                   help="stop (with a checkpoint of the state before the step) when more than this fraction of a "
-                        "step's reward calls fail")
+                   help="stop (with a checkpoint of the state before the step) when more than this fraction of "
+                        "one reward function's own calls in a step fail")
     g.add_argument("--max_bad_steps", type=int, default=3,
                    help="stop after this many consecutive steps with non-finite loss or gradients (each is skipped)")
     return p
@@ -217,6 +223,8 @@ def validate(args) -> None:
         bad(f"--dara_w_max must be >= 1, got {args.dara_w_max}")
     if args.code_workers < 1:
         bad(f"--code_workers must be >= 1, got {args.code_workers}")
+    if not args.reward_timeout > 0 or args.reward_workers < 1:
+        bad(f"--reward_timeout must be > 0 and --reward_workers >= 1, got {args.reward_timeout}, {args.reward_workers}")
     if args.max_turns < 1:
         bad(f"--max_turns must be >= 1, got {args.max_turns}")
     if args.algo in TURN_LEVEL_ALGOS and args.max_turns < 2:
