@@ -10,27 +10,28 @@ and lists / string-keyed dicts of them come back.
 
 Calls run on this process's main thread, so signal-based timeouts inside a function (math-verify's) work.
 """
-import ctypes
 import json
 import numbers
 import os
 import pickle
-import signal
 import struct
 import sys
+import threading
+import time
 import traceback
 
-PR_SET_PDEATHSIG = 1
+PARENT_POLL_S = 1.0
 
 
-def _die_with_parent(parent_pid: int):
-    """Linux: the kernel kills this worker when the trainer dies, however it dies (even by SIGKILL)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+def _exit_when_orphaned(parent_pid: int):
+    """End this worker once the trainer is gone, however it went (even SIGKILL). Polling, because Linux's
+    PR_SET_PDEATHSIG fires when the *thread* that started the worker exits, and env steps start workers from
+    short-lived threads."""
+    def watch():
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
         os._exit(1)
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
 def _read_frame(stream):
@@ -70,7 +71,7 @@ def main():
     os.dup2(devnull, 0)
     os.dup2(2, 1)  # print() in a reward function lands on stderr, next to the trainer's log
     init = _read_frame(protocol_in)
-    _die_with_parent(init["parent"])
+    _exit_when_orphaned(init["parent"])
     sys.path[:] = init["sys_path"]
     functions, load_errors = [], {}
     for i, target in enumerate(init["targets"]):

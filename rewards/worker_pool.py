@@ -8,7 +8,7 @@ a worker process with a per-call deadline; a call that overruns it gets its work
 
 Workers are started on first use, load every target once (so an import's cost is not billed to a call's
 deadline), live in their own session (a terminal's Ctrl-C reaches the trainer, which finishes the step, not the
-workers), die with the trainer (PR_SET_PDEATHSIG) and are killed at interpreter exit.
+workers), exit when the trainer is gone (they watch their parent) and are killed at interpreter exit.
 """
 import atexit
 import json
@@ -78,7 +78,10 @@ class _Worker:
                 pass
 
     def exit_reason(self) -> str:
-        code = self.proc.poll()
+        try:  # its stdout closed: it is exiting, give it a moment to be reaped
+            code = self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            code = None
         if code is not None and code < 0:
             return f"the reward worker was killed by {signal.Signals(-code).name}"
         return f"the reward worker exited (code {code})"
@@ -142,7 +145,12 @@ class WorkerPool:
             for worker in slots:
                 if pending and startup_error is None and worker is not None and worker.ready and worker not in busy:
                     index = pending.pop()
-                    worker.send(calls[index])
+                    try:
+                        worker.send(calls[index])
+                    except OSError:  # it died while idle: the call goes to a fresh worker
+                        pending.append(index)
+                        drop(worker)
+                        continue
                     busy[worker] = (index, time.monotonic() + self.timeout_s)
             if not busy and not starting:
                 break

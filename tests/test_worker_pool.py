@@ -67,3 +67,34 @@ def test_workers_are_separate_processes_that_close_stops():
     p.close()
     time.sleep(0.2)
     assert not any(_alive(int(pid)) for pid in pids)
+
+
+def test_workers_started_from_a_short_lived_thread_outlive_that_thread():
+    """Env steps (math-verify) start workers from the episode threads, which end after each turn."""
+    import threading
+    p = WorkerPool([("import", "os:getpid")], workers=1, timeout_s=5.0)
+    first = []
+    thread = threading.Thread(target=lambda: first.append(p.map([(0, (), {})])[0].value))
+    thread.start()
+    thread.join()
+    time.sleep(0.5)
+    assert p.map([(0, (), {})])[0].value == first[0]  # the same worker, still alive
+    p.close()
+
+
+def test_a_worker_exits_when_its_trainer_is_killed(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    from tests.helpers import REPO_ROOT
+    program = ("import sys, time\nfrom rewards.worker_pool import WorkerPool\n"
+               "p = WorkerPool([('import', 'os:getpid')], workers=1, timeout_s=5.0)\n"
+               "print(int(p.map([(0, (), {})])[0].value), flush=True)\ntime.sleep(600)\n")
+    trainer = subprocess.Popen([sys.executable, "-c", program], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+    worker = int(trainer.stdout.readline())
+    trainer.send_signal(signal.SIGKILL)
+    trainer.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(worker):
+        time.sleep(0.1)
+    assert not _alive(worker)
