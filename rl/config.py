@@ -48,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("rewards")
     g.add_argument("--reward_funcs", default="correctness",
                    help="comma list of rewards: correctness (the env's verifier), format, length, or "
-                        "package.module:function (returns a float, a dict of components, or None to abstain)")
+                        "package.module:function: credo's fn(prompt, completion, sample) returning a float, a dict of "
+                        "components, or None to abstain, or TRL's f(prompts, completions, **kwargs) returning a list")
     g.add_argument("--reward_weights", default=None,
                    help="comma list, one weight per reward component (default 1 each); GRPO sums weighted components")
     g.add_argument("--format_style", default="boxed", help="format reward: boxed, tags, or a regular expression")
