@@ -52,7 +52,9 @@ class _Worker:
         return self.proc.stdout.fileno()
 
     def send(self, obj):
-        data = pickle.dumps(obj)
+        self.send_frame(pickle.dumps(obj))
+
+    def send_frame(self, data: bytes):
         self.proc.stdin.write(struct.pack("<I", len(data)) + data)
         self.proc.stdin.flush()
 
@@ -146,7 +148,12 @@ class WorkerPool:
                 if pending and startup_error is None and worker is not None and worker.ready and worker not in busy:
                     index = pending.pop()
                     try:
-                        worker.send(calls[index])
+                        frame = pickle.dumps(calls[index])
+                    except Exception as exc:  # e.g. a dataset row holding an object that cannot be pickled
+                        results[index] = Outcome("error", f"its arguments cannot be sent to a worker: {exc}")
+                        continue
+                    try:
+                        worker.send_frame(frame)
                     except OSError:  # it died while idle: the call goes to a fresh worker
                         pending.append(index)
                         drop(worker)

@@ -98,3 +98,9 @@ def test_a_worker_exits_when_its_trainer_is_killed(tmp_path):
     while time.monotonic() < deadline and _alive(worker):
         time.sleep(0.1)
     assert not _alive(worker)
+
+
+def test_arguments_that_cannot_be_pickled_fail_that_call_only(pool):
+    import threading
+    bad, fine = pool.map([(1, ("p", "c", {"lock": threading.Lock()}), {}), (1, ("p", "c", {}), {})])
+    assert bad.status == "error" and "cannot be sent" in bad.value and fine.value == 0.25
