@@ -2,10 +2,11 @@
 
 Every call of every function goes into one pool of --reward_workers processes with a --reward_timeout deadline
 per call. credo's convention: one call per completion. TRL's: one batched call per chunk, the rank's completions
-split into up to --reward_workers chunks so that chunks run in parallel (credo's reading: TRL calls a function
-once on the whole batch, in-process and without a deadline; chunking keeps one deadline per call meaningful and
-lets a hang cost one timeout). Accounting is per completion in both: a failed TRL chunk counts as that many
-failed calls, so one --max_reward_error_rate means the same for both conventions.
+split into up to --reward_workers chunks of whole prompt groups, run in parallel (credo's reading: TRL calls a
+function once on the whole batch, in-process and without a deadline; chunks keep one deadline per call meaningful
+and let a hang cost one timeout, and whole groups keep group-relative rewards right). Accounting is per
+completion in both: a failed TRL chunk counts as that many failed calls, so one --max_reward_error_rate means the
+same for both conventions.
 """
 from rewards.base import RewardAccount
 from rewards.conventions import TRL, chunks, trl_kwargs
@@ -13,8 +14,9 @@ from rewards.worker_pool import WorkerPool
 
 
 class PooledRewards:
-    def __init__(self, specs: list, workers: int, timeout_s: float, max_steps: int = 0):
-        self.specs, self.workers, self.max_steps = list(specs), workers, max_steps
+    def __init__(self, specs: list, workers: int, timeout_s: float, max_steps: int = 0, group_size: int = 1):
+        """group_size: completions per prompt; TRL chunks hold whole groups, so a function sees each group whole."""
+        self.specs, self.workers, self.max_steps, self.group_size = list(specs), workers, max_steps, group_size
         self.accounts = [RewardAccount(spec.name) for spec in self.specs]
         self.pool = WorkerPool([spec.target for spec in self.specs], workers, timeout_s) if self.specs else None
 
@@ -28,7 +30,8 @@ class PooledRewards:
         calls, owners = [], []  # owners[k] = (function index, first completion, last completion + 1)
         for f, spec in enumerate(self.specs):
             if spec.style == TRL:
-                for start, stop in chunks(n, self.workers):
+                g = self.group_size if n % self.group_size == 0 else 1
+                for start, stop in ((a * g, b * g) for a, b in chunks(n // g, self.workers)):
                     ids = completion_ids[start:stop] if completion_ids is not None else [[] for _ in range(start, stop)]
                     kwargs = trl_kwargs(prompts[start:stop], completions[start:stop], ids, samples[start:stop],
                                         step, self.max_steps)

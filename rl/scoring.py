@@ -27,7 +27,7 @@ class Scorer:
         # a user function `pkg.module:fn` reports as `fn` (reward/fn/mean, ...)
         self.rewards = PooledRewards([reward_spec(name, args) for name in args.reward_funcs if name != CORRECTNESS],
                                      workers=args.reward_workers, timeout_s=args.reward_timeout,
-                                     max_steps=args.max_steps)
+                                     max_steps=args.max_steps, group_size=args.num_generations)
         self.callers = [self.verifier, *self.rewards.accounts]
         self.component_names = []  # reward components seen on any rank, in first-seen order
         self.checked = self._local_counts()  # this rank's (calls, failures) per reward at the last failure check

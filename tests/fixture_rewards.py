@@ -51,3 +51,8 @@ def not_a_reward(text):
 
 def trl_without_kwargs(prompts, completions):
     return [0.0 for _ in completions]
+
+
+def chunk_size(completions, **kwargs):
+    """TRL-style: reports how many completions each call was given."""
+    return [float(len(completions))] * len(completions)

@@ -128,3 +128,9 @@ def test_a_credo_reward_and_the_reward_flags_are_accepted():
     assert args.reward_timeout == 2.5 and args.reward_workers == 3
     with pytest.raises(SystemExit, match="--reward_timeout"):
         parse_args(["--model_name_or_path", "tiny-model", "--reward_timeout", "0"])
+
+
+def test_a_trl_style_reward_is_called_on_whole_prompt_groups(closing):
+    scorer = make_scorer("--reward_funcs", "tests.fixture_rewards:chunk_size", "--reward_workers", "8")
+    closing.append(scorer)
+    assert scorer.score(make_batch(), step=1).components["chunk_size"].tolist() == [4.0] * N  # 2 groups of 4
