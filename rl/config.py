@@ -209,6 +209,9 @@ def validate(args) -> None:
                 bad(exc.args[0])
     if len(set(args.reward_funcs)) != len(args.reward_funcs):
         bad(f"--reward_funcs lists a reward twice: {','.join(args.reward_funcs)}")
+    short = [name.rpartition(":")[2] for name in args.reward_funcs]  # the metric names: reward/<name>/...
+    if len(set(short)) != len(short):
+        bad(f"--reward_funcs: two rewards would report under one name ({','.join(short)}); rename a function")
     if args.algo in MULTI_REWARD_ALGOS and len(args.reward_funcs) < 2:
         bad(f"--algo {args.algo} normalises each reward separately and needs at least two rewards; "
             f"got --reward_funcs {','.join(args.reward_funcs)} (e.g. --reward_funcs correctness,length)")

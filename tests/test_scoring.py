@@ -134,3 +134,12 @@ def test_a_trl_style_reward_is_called_on_whole_prompt_groups(closing):
     scorer = make_scorer("--reward_funcs", "tests.fixture_rewards:chunk_size", "--reward_workers", "8")
     closing.append(scorer)
     assert scorer.score(make_batch(), step=1).components["chunk_size"].tolist() == [4.0] * N  # 2 groups of 4
+
+
+def test_two_rewards_that_would_report_under_one_name_are_refused():
+    with pytest.raises(SystemExit, match="one name"):
+        make_scorer("--reward_funcs", "correctness,tests.fixture_rewards:hangs,tests.test_scoring:hangs")
+
+
+def hangs(prompt, completion, sample):  # a second `hangs`, in another module
+    return 0.0
