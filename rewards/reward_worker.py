@@ -14,6 +14,7 @@ import json
 import numbers
 import os
 import pickle
+import signal
 import struct
 import sys
 import threading
@@ -30,7 +31,7 @@ def _exit_when_orphaned(parent_pid: int):
     def watch():
         while os.getppid() == parent_pid:
             time.sleep(PARENT_POLL_S)
-        os._exit(1)
+        os.killpg(0, signal.SIGKILL)  # this worker leads its own process group: it and what its function started
     threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
