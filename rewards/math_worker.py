@@ -1,10 +1,5 @@
-"""Worker process for rewards.math: one JSON request per stdin line, one JSON reply per stdout line.
-
-Runs on its own main thread, so math-verify's signal-based timeouts are active here too.
-"""
-import json
-import sys
-
+"""The math-verify check that rewards.math runs in a reward worker process (on its main thread, so
+math-verify's signal-based timeouts are active)."""
 from math_verify import parse, verify
 
 
@@ -16,18 +11,3 @@ def check(gold: str, completion: str) -> bool:
     if not gold_parsed or not answer:
         return False
     return bool(verify(gold_parsed, answer, timeout_seconds=5))
-
-
-def main():
-    for line in sys.stdin:
-        try:
-            request = json.loads(line)
-            reply = {"correct": check(request["gold"], request["completion"])}
-        except Exception as exc:  # reported to the parent, which counts it
-            reply = {"error": f"{type(exc).__name__}: {exc}"}
-        sys.stdout.write(json.dumps(reply) + "\n")
-        sys.stdout.flush()
-
-
-if __name__ == "__main__":
-    main()

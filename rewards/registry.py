@@ -1,9 +1,14 @@
 """--reward_funcs names -> reward functions.
 
 `correctness` is the env's own verifier score; `format` and `length` are built in; any other name is a user's
-function given as `package.module:function` with the signature fn(prompt, completion, sample) returning a float,
-a dict of named components, or None to abstain.
+function given as `package.module:function`, either credo's fn(prompt, completion, sample) returning a float, a
+dict of named components, or None to abstain, or TRL's batched f(prompts, completions, **kwargs) returning a list
+of floats or None (rewards/conventions.py tells them apart by signature, when the flags are parsed).
 """
+import pickle
+from dataclasses import dataclass
+
+from rewards.conventions import CREDO, reward_style
 from rewards.format import FormatReward
 from rewards.length import LengthReward, LinearLengthReward
 from rl.dotted import load_dotted
@@ -16,14 +21,35 @@ BUILT_IN_REWARDS = {
 }
 
 
+@dataclass(frozen=True)
+class RewardSpec:
+    """What a reward worker process needs to load and call one --reward_funcs entry."""
+    name: str     # metric name: reward/<name>/...
+    target: tuple  # ("import", "pkg.module:fn") or ("pickle", bytes) for a built-in's configured object
+    style: str    # rewards.conventions.CREDO or TRL
+
+
 def build_reward_fn(name: str, args):
-    """The callable for a --reward_funcs entry other than `correctness`; KeyError with a readable message."""
+    """The callable for a --reward_funcs entry other than `correctness`; KeyError with a readable message
+    (an unknown name, an import that fails, or a signature that fits neither convention)."""
     if name in BUILT_IN_REWARDS:
         return BUILT_IN_REWARDS[name](args)
     if ":" in name:
         fn = load_dotted(name, "--reward_funcs")
         if not callable(fn):
             raise KeyError(f"--reward_funcs {name} is not callable")
+        try:
+            reward_style(fn, f"--reward_funcs {name}")
+        except ValueError as exc:
+            raise KeyError(str(exc)) from None
         return fn
     raise KeyError(f"--reward_funcs: unknown reward {name!r}; built in: {', '.join([CORRECTNESS, *BUILT_IN_REWARDS])}, "
                    f"or give package.module:function")
+
+
+def reward_spec(name: str, args) -> RewardSpec:
+    fn = build_reward_fn(name, args)
+    if name in BUILT_IN_REWARDS:
+        return RewardSpec(name, ("pickle", pickle.dumps(fn)), CREDO)
+    # by import path, so that the worker imports the user's module itself (closures and lambdas need not pickle)
+    return RewardSpec(name.rpartition(":")[2], ("import", name), reward_style(fn, name))

@@ -59,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("rewards")
     g.add_argument("--reward_funcs", default="correctness",
                    help="comma list of rewards: correctness (the env's verifier), format, length, or "
-                        "package.module:function (returns a float, a dict of components, or None to abstain)")
+                        "package.module:function: credo's fn(prompt, completion, sample) returning a float, a dict of "
+                        "components, or None to abstain, or TRL's f(prompts, completions, **kwargs) returning a list")
     g.add_argument("--reward_weights", default=None,
                    help="comma list, one weight per reward component (default 1 each); GRPO sums weighted components")
     g.add_argument("--format_style", default="boxed", help="format reward: boxed, tags, or a regular expression")
@@ -67,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="length reward: 1 when the reasoning part (before the final answer) has at most this many words")
     g.add_argument("--code_workers", type=int, default=2,
                    help="env steps (verifier calls, sandboxed programs) run in parallel per rank")
+    g.add_argument("--reward_timeout", type=float, default=10.0,
+                   help="seconds per reward call (a --reward_funcs call, an env step); a call past it scores 0 and "
+                        "counts as failed, and a --reward_funcs call's worker process is killed")
+    g.add_argument("--reward_workers", type=int, default=8,
+                   help="worker processes per rank running --reward_funcs calls at once, so a step whose calls all "
+                        "hang costs about one --reward_timeout")
     g.add_argument("--final_norm", choices=("response", "token", "none"), default="response",
                    help="GDPO/DARA batch normalisation of the summed advantage (token = verl's masked whitening)")
     g.add_argument("--dara_variant", choices=("asym", "sym"), default="asym", help="DARA variant (paper's main: asym)")
@@ -195,8 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--skip_bad_rows", action="store_true",
                    help="skip malformed data rows (reporting how many) instead of stopping at the first")
     g.add_argument("--max_reward_error_rate", type=float, default=0.5,
-                   help="stop (with a checkpoint of the state before the step) when more than this fraction of a "
-                        "step's reward calls fail")
+                   help="stop (with a checkpoint of the state before the step) when more than this fraction of "
+                        "one reward function's own calls in a step fail")
     g.add_argument("--max_bad_steps", type=int, default=3,
                    help="stop after this many consecutive steps with non-finite loss or gradients (each is skipped)")
     return p
@@ -219,6 +226,9 @@ def validate(args) -> None:
                 bad(exc.args[0])
     if len(set(args.reward_funcs)) != len(args.reward_funcs):
         bad(f"--reward_funcs lists a reward twice: {','.join(args.reward_funcs)}")
+    short = [name.rpartition(":")[2] for name in args.reward_funcs]  # the metric names: reward/<name>/...
+    if len(set(short)) != len(short):
+        bad(f"--reward_funcs: two rewards would report under one name ({','.join(short)}); rename a function")
     if args.algo in MULTI_REWARD_ALGOS and len(args.reward_funcs) < 2:
         bad(f"--algo {args.algo} normalises each reward separately and needs at least two rewards; "
             f"got --reward_funcs {','.join(args.reward_funcs)} (e.g. --reward_funcs correctness,length)")
@@ -234,6 +244,8 @@ def validate(args) -> None:
         bad(f"--dara_w_max must be >= 1, got {args.dara_w_max}")
     if args.code_workers < 1:
         bad(f"--code_workers must be >= 1, got {args.code_workers}")
+    if not args.reward_timeout > 0 or args.reward_workers < 1:
+        bad(f"--reward_timeout must be > 0 and --reward_workers >= 1, got {args.reward_timeout}, {args.reward_workers}")
     if args.max_turns < 1:
         bad(f"--max_turns must be >= 1, got {args.max_turns}")
     if args.algo in TURN_LEVEL_ALGOS and args.max_turns < 2:

@@ -1,13 +1,15 @@
-"""Scoring a rollout: the env's verifier (success) and every --reward_funcs component, through RewardCaller.
+"""Scoring a rollout: the env's verifier (success, in-process through RewardCaller) and every --reward_funcs
+component (in killable worker processes through PooledRewards).
 
-Also the step's reward metrics and the guard that stops a run whose rewards mostly fail.
+Also the step's reward metrics and the guard that stops a run when one reward function's calls mostly fail.
 """
 import numpy as np
 import torch
 
 from envs import StepResult, env_class
 from rewards.base import RewardCaller
-from rewards.registry import CORRECTNESS, build_reward_fn
+from rewards.pooled import PooledRewards
+from rewards.registry import CORRECTNESS, reward_spec
 from rl import dist
 from rl.advantages.stats import group_mean_std
 from rl.errors import RewardFailure, TrainingAborted
@@ -20,14 +22,16 @@ class Scorer:
         self.args = args
         self.env_cls = env_class(args.env)
         self.shared_verifier = self.env_cls.make_verifier(answer_key=args.answer_key)  # one for all episodes
-        # counts and guards every env.step; --code_workers steps may run at once (sandboxed programs, slow verifiers)
-        self.verifier = RewardCaller(None, name=CORRECTNESS, workers=args.code_workers)
+        # counts and guards every env.step (run in-process: see rewards/base.py); --code_workers steps run at once
+        self.verifier = RewardCaller(None, name=CORRECTNESS, timeout_s=args.reward_timeout)
         # a user function `pkg.module:fn` reports as `fn` (reward/fn/mean, ...)
-        self.extra = [RewardCaller(build_reward_fn(name, args), name=name.rpartition(":")[2])
-                      for name in args.reward_funcs if name != CORRECTNESS]
-        self.callers = [self.verifier, *self.extra]
+        self.rewards = PooledRewards([reward_spec(name, args) for name in args.reward_funcs if name != CORRECTNESS],
+                                     workers=args.reward_workers, timeout_s=args.reward_timeout,
+                                     max_steps=args.max_steps, group_size=args.num_generations)
+        self.callers = [self.verifier, *self.rewards.accounts]
         self.component_names = []  # reward components seen on any rank, in first-seen order
-        self.checked = {"calls": 0.0, "failures": 0.0}  # global totals at the last failure check
+        self.checked = self._local_counts()  # this rank's (calls, failures) per reward at the last failure check
+        self.step_counts = {}  # global (calls, failures) per reward in the last checked step
 
     def new_env(self):
         return self.env_cls(verifier=self.shared_verifier, prompt_key=self.args.prompt_key,
@@ -54,20 +58,23 @@ class Scorer:
         last = present.long().cumsum(1).argmax(1)
         return turn_scores.gather(1, last.unsqueeze(1)).squeeze(1)
 
-    def score(self, batch):
+    def score(self, batch, step: int = 0):
         """Fill batch.correctness, batch.components ({name: Tensor[N]}, NaN = abstained) and batch.scores.
 
         The env's verifier already scored every turn during the episodes; the other rewards score the final
         response. A dict-valued reward's keys are learned as they appear and unioned across ranks, so the
         component columns are named and ordered the same on every rank. A failed call was scored 0.
+        `step` (the step being scored) is TRL's trainer_state.global_step.
         """
-        rows = []
         trajectory = self.trajectory_score(batch.turn_scores).tolist()
-        for completion, sample, prompt, correctness in zip(batch.completions, batch.samples, batch.prompts, trajectory):
+        ids = self.completion_ids(batch) if self.rewards.needs_completion_ids else None
+        extra = self.rewards.score(batch.prompts, batch.completions, batch.samples, ids, step)
+        rows = []
+        for i, correctness in enumerate(trajectory):
             comps = {CORRECTNESS: correctness} if CORRECTNESS in self.args.reward_funcs else {}
-            for caller in self.extra:
-                value = caller(prompt, completion, sample)
-                comps.update(value if isinstance(value, dict) else {caller.name: value})
+            for account, values in zip(self.rewards.accounts, extra):
+                value = values[i]
+                comps.update(value if isinstance(value, dict) else {account.name: value})
             rows.append((correctness, comps))
         local_names = list(dict.fromkeys(n for _, comps in rows for n in comps))
         for names in dist.all_gather_object(local_names):
@@ -87,18 +94,36 @@ class Scorer:
         stacked = torch.stack([torch.nan_to_num(v, nan=0.0) for v in components.values()], dim=1)
         return stacked @ torch.tensor(weights, dtype=torch.float32)
 
+    @staticmethod
+    def completion_ids(batch) -> list:
+        """The response's token ids per row (TRL's completion_ids; --reward_funcs are single-turn)."""
+        responses = batch.input_ids[:, batch.prompt_len:].cpu()
+        return [row[mask.bool()].tolist() for row, mask in zip(responses, batch.response_mask.cpu())]
+
+    def _local_counts(self) -> dict:
+        return {c.name: (c.stats.calls, c.stats.failures) for c in self.callers}
+
     def check_failures(self, step: int):
-        """Raise RewardFailure when more than --max_reward_error_rate of this step's calls (all ranks) failed."""
-        totals = dist.all_reduce(torch.tensor([float(sum(c.stats.calls for c in self.callers)),
-                                               float(sum(c.stats.failures for c in self.callers))], dtype=torch.float64))
-        calls = totals[0].item() - self.checked["calls"]
-        failures = totals[1].item() - self.checked["failures"]
-        self.checked = {"calls": totals[0].item(), "failures": totals[1].item()}
-        if calls and failures / calls > self.args.max_reward_error_rate:
-            raise RewardFailure(
-                f"{int(failures)} of {int(calls)} reward calls failed at step {step} (more than "
-                f"--max_reward_error_rate {self.args.max_reward_error_rate}); see the warnings above for the errors. "
-                f"Nothing was trained on this batch.")
+        """Raise RewardFailure when more than --max_reward_error_rate of one reward function's own calls in this
+        step (all ranks) failed, naming it and its last error. Each function is judged alone, so a verifier's
+        successes cannot hide a broken reward, and vice versa."""
+        now = self._local_counts()
+        local = [[now[c.name][0] - self.checked[c.name][0], now[c.name][1] - self.checked[c.name][1]]
+                 for c in self.callers]
+        self.checked = now
+        totals = dist.all_reduce(torch.tensor(local, dtype=torch.float64)).tolist()
+        self.step_counts = {c.name: (calls, failures) for c, (calls, failures) in zip(self.callers, totals)}
+        rate = self.args.max_reward_error_rate
+        failing = [name for name, (calls, failures) in self.step_counts.items() if calls and failures / calls > rate]
+        if not failing:
+            return
+        last_errors = {}
+        for errors in dist.all_gather_object({c.name: c.stats.last_error for c in self.callers}):
+            last_errors.update({k: v for k, v in errors.items() if v and k not in last_errors})
+        lines = [f"reward {name!r}: {int(self.step_counts[name][1])} of {int(self.step_counts[name][0])} reward calls "
+                 f"failed at step {step}; last error: {last_errors.get(name) or 'none recorded'}" for name in failing]
+        raise RewardFailure("; ".join(lines) + f" (more than --max_reward_error_rate {rate} of its calls). "
+                            f"Nothing was trained on this batch.")
 
     def metrics(self, inputs) -> dict:
         """Reward metrics of one step from batch-global AdvantageInputs."""
@@ -114,9 +139,8 @@ class Scorer:
              "frac_zero_std_groups": frac_constant_groups(scores)}
         if inputs.turn_scores.shape[1] > 1:
             m.update(turn_metrics(inputs.turn_scores))
-        failures = dist.all_reduce(torch.tensor([float(c.stats.failures) for c in self.callers], dtype=torch.float64))
-        for caller, total in zip(self.callers, failures.tolist()):
-            m[f"reward/{caller.name}/errors"] = total
+        for name, (_, failures) in self.step_counts.items():  # this step's, all ranks (not a running total)
+            m[f"reward/{name}/errors"] = failures
         for name, values in inputs.components.items():
             present = values[~torch.isnan(values)]
             m[f"reward/{name}/mean"] = present.mean().item() if len(present) else float("nan")
@@ -125,14 +149,18 @@ class Scorer:
         return m
 
     def state_dict(self) -> dict:
-        return {"component_names": list(self.component_names), "checked": dict(self.checked),
+        return {"component_names": list(self.component_names),
                 "stats": {c.name: vars(c.stats).copy() for c in self.callers}}
 
     def load_state_dict(self, state: dict):
         self.component_names = list(state["component_names"])
-        self.checked = dict(state["checked"])
         for caller in self.callers:
             vars(caller.stats).update(state["stats"].get(caller.name, {}))
+        self.checked = self._local_counts()
+
+    def close(self):
+        """Stop the reward worker processes (they are also killed at exit, and die with the trainer)."""
+        self.rewards.close()
 
 
 def turn_metrics(turn_scores: torch.Tensor) -> dict:

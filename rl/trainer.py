@@ -112,7 +112,7 @@ class Trainer:
 
     def score(self, batch, timings):
         t0 = time.perf_counter()
-        batch = self.scorer.score(batch)
+        batch = self.scorer.score(batch, self.step + 1)
         timings["reward"] = timings.get("reward", 0.0) + time.perf_counter() - t0
         self.scorer.check_failures(self.step + 1)
         return batch
@@ -283,7 +283,10 @@ class Trainer:
     def _on_signal(self, signum, frame):
         self.stop_signal = signal.Signals(signum).name
         if self.rank == 0:
-            print(f"\n{self.stop_signal} received: finishing step {self.step + 1}, then saving and exiting", flush=True)
+            # after the last step there is no step to finish: only the final save / export, then the exit
+            doing = f"finishing step {self.step + 1}, then saving" if self.step < self.steps else \
+                f"the last step ({self.step}) is done; finishing the final save"
+            print(f"\n{self.stop_signal} received: {doing} and exiting", flush=True)
 
     def _stop_requested(self) -> bool:
         """All ranks stop together if any rank was signalled (a scheduler may signal them one by one)."""
@@ -292,8 +295,7 @@ class Trainer:
 
     def fit(self):
         a = self.args
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._on_signal)
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         bar = tqdm(total=self.steps, initial=self.step, desc="train", disable=self.rank != 0, dynamic_ncols=True)
         while self.step < self.steps:
             step_start = (self.trainer_state(), rng_state())
@@ -324,5 +326,8 @@ class Trainer:
         if not a.no_final_export:
             export_hf(self.actor, self.tokenizer, os.path.join(a.output_dir, "final"))
         self.metrics.close()
+        self.scorer.close()  # the reward workers; a hung reward cannot delay the exit (rewards/worker_pool.py)
+        for sig, handler in previous.items():  # training is over: a signal now stops the process as usual
+            signal.signal(sig, handler)
         if self.rank == 0:
             print(f"done: {self.step} steps; outputs in {a.output_dir}", flush=True)

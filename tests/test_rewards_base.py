@@ -37,3 +37,31 @@ def test_none_is_an_abstention_kept_as_nan():
     out = caller("p", "c", {})
     assert out["format"] == 1.0 and math.isnan(out["judge"])
     assert caller.stats.errors == 0
+
+
+def test_a_timed_out_call_does_not_keep_the_process_from_exiting():
+    import subprocess
+    import sys
+    from tests.helpers import REPO_ROOT
+    program = ("import time\nfrom rewards.base import RewardCaller\n"
+               "caller = RewardCaller(lambda p, c, s: time.sleep(120), 'hangs', timeout_s=0.2)\n"
+               "print(caller('p', 'c', {}), caller.stats.timeouts)\n")
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", program], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["0.0", "1"], done.stderr
+    assert time.monotonic() - start < 20  # the abandoned call's thread is not joined at exit
+
+
+def test_a_failure_is_kept_as_the_last_error_with_its_cause():
+    def broken(prompt, completion, sample):
+        raise ConnectionError("reward server unreachable")
+    caller = RewardCaller(broken, "judge")
+    caller("p", "c", {})
+    assert caller.stats.last_error == "raised ConnectionError: reward server unreachable"
+    assert caller.stats.failures == 1
+
+
+def test_a_dict_with_several_bad_components_counts_one_failed_call():
+    caller = RewardCaller(lambda p, c, s: {"a": float("nan"), "b": "x", "c": 1.0}, "multi")
+    assert caller("p", "c", {}) == {"a": 0.0, "b": 0.0, "c": 1.0}
+    assert caller.stats.errors == 1 and caller.stats.calls == 1
