@@ -63,3 +63,12 @@ def run_train(args: list, num_ranks: int = 1, timeout: int = 600, launcher: bool
     else:
         cmd = [sys.executable, "train.py", *args]
     return subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def default_args(**overrides):
+    """train.py's flag defaults as parsed (not validated), with overrides: a test that builds a Scorer or an episode
+    driver by hand gets every flag those modules read, including flags added after the test was written."""
+    from rl.config import build_parser
+    args = build_parser().parse_args([])
+    vars(args).update(overrides)
+    return args

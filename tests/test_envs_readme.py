@@ -1,5 +1,4 @@
 """envs/README.md's example env, run as written: the page a new user copies from cannot drift from the code."""
-import argparse
 import os
 import re
 import sys
@@ -7,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from tests.helpers import REPO_ROOT
+from tests.helpers import REPO_ROOT, default_args
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +30,7 @@ def test_readme_env_plays_multi_turn_episodes_and_its_parts_reach_the_metrics(re
     from rl.episodes import run_episodes
     from rl.models import load_tokenizer
     from rl.scoring import Scorer
-    args = argparse.Namespace(env="my_envs:ReverseEnv", answer_key="answer", prompt_key="problem", code_workers=2,
+    args = default_args(env="my_envs:ReverseEnv", answer_key="answer", prompt_key="problem", code_workers=2,
                               reward_funcs=["correctness"], max_turns=2, traj_score="final", reward_weights=None,
                               max_prompt_seq_len=128, max_answer_seq_len=6, temperature=1.0, top_p=1.0, top_k=0)
     scorer = Scorer(args)

@@ -8,6 +8,7 @@ import torch
 from rl.episodes import run_episodes
 from rl.models import load_tokenizer
 from tests.fixture_envs import DigitFractionEnv
+from tests.helpers import default_args
 
 
 def episode_args(max_turns):
@@ -84,7 +85,7 @@ def test_a_solved_episode_stops_and_a_failed_step_ends_it(tiny_model_dir):
 
 
 def _scorer_args(env):
-    return argparse.Namespace(env=env, answer_key="answer", prompt_key="problem", code_workers=1,
+    return default_args(env=env, answer_key="answer", prompt_key="problem", code_workers=1,
                               reward_funcs=["correctness"], max_turns=1, traj_score="final", reward_weights=None)
 
 
