@@ -131,3 +131,49 @@ def test_many_programs_run_in_parallel_and_come_back_in_order():
     results = run_many([(p, t) for p, t in jobs], workers=2)
     assert [r.score for r in results] == [1.0, 1.0, 1.0, 0.0, 1.0, 1.0]
     assert results[3].status == "timeout"
+
+
+def test_tests_reach_the_programs_objects_only_through_handles():
+    program = ("class Stack:\n    def __init__(self):\n        self.items = []\n    def push(self, x):\n"
+               "        self.items.append(x)\n        return self\n    def __len__(self):\n        return len(self.items)\n"
+               "def checked(x):\n    if x < 0:\n        raise ValueError('negative')\n    return {'x': (x, [x])}\n")
+    tests = ["s = Stack().push(1).push(2)\nassert len(s) == 2 and s.items == [1, 2]",
+             "assert checked(3) == {'x': (3, [3])}",
+             "try:\n    checked(-1)\n    raise AssertionError('no error')\nexcept ValueError as e:\n    assert 'negative' in str(e)",
+             "assert type(Stack()).__name__ == 'Remote'"]  # an instance stays in the program's process
+    result = run_tests(program, tests)
+    assert (result.passed, result.status) == (4, "ok"), result
+
+
+def test_a_run_that_does_not_end_ok_scores_zero_even_after_its_tests_passed():
+    lingering = "import threading, time\nthreading.Thread(target=time.sleep, args=(30,)).start()\ndef f():\n    return 1\n"
+    result = run_tests(lingering, ["assert f() == 1"], timeout_s=2.0)
+    assert (result.score, result.status) == (0.0, "timeout")
+
+
+def test_every_run_says_how_it_was_isolated():
+    result = execute("print(1)")
+    assert result.isolation in ("bwrap+cgroup", "bwrap+rlimits")
+    if os.getuid() == 0 and os.access("/sys/fs/cgroup/pids", os.W_OK):  # CI and these machines: root, cgroup v1
+        assert result.isolation == "bwrap+cgroup"
+
+
+def test_without_bubblewrap_execute_refuses_unless_the_fallback_is_asked_for(monkeypatch):
+    import rewards.code as code
+    monkeypatch.setattr(code, "find_bwrap", lambda: None)  # a machine without bubblewrap
+    code._checked.cache_clear()
+    try:
+        with pytest.raises(code.SandboxUnavailable, match="apt-get install -y bubblewrap"):
+            execute("print(1)")
+        monkeypatch.setenv("CREDO_CODE_SANDBOX", "none")
+        before = code.sandbox_counts()
+        with pytest.warns(RuntimeWarning, match="WITHOUT bubblewrap"):
+            result = execute("print(1)")
+        assert result.stdout == "1\n" and result.isolation.startswith("none+")
+        after = code.sandbox_counts()
+        assert after[result.isolation] == before.get(result.isolation, 0) + 1
+        monkeypatch.setenv("CREDO_CODE_SANDBOX", "nsjail")
+        with pytest.raises(code.SandboxUnavailable, match="CREDO_CODE_SANDBOX='nsjail'"):
+            execute("print(1)")
+    finally:
+        code._checked.cache_clear()

@@ -28,17 +28,26 @@ def concurrently(first, second, delay_s=0.4):
 
 # --- sibling attacks: two runs at once ---------------------------------------------------------------------------
 
-REWRITE_SIBLINGS = """
-import glob, os, time
-mine = os.path.realpath("main.py")
+SIBLING_DIRS = """
+import glob, os, re, time
+def sibling_dirs():  # run directories on a sibling runner's command line, or listed where runs live
+    found = set(glob.glob("/run/credo-sandbox/run-*") + glob.glob("/tmp/credo-sandbox*/run-*"))
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            found.update(re.findall(r"/[\\w/.-]*credo-sandbox[\\w-]*/run-\\w+", open(f"/proc/{pid}/cmdline").read()))
+        except OSError:
+            pass
+    here = os.path.realpath(".")
+    return [d for d in found if os.path.realpath(d) != here]
+"""
+REWRITE_SIBLINGS = SIBLING_DIRS + """
 end = time.time() + 2.5
 while time.time() < end:
-    for path in glob.glob("/run/credo-sandbox/*/main.py") + glob.glob("/tmp/credo-sandbox*/*/main.py"):
+    for d in sibling_dirs():
         try:
-            if os.path.realpath(path) != mine:
-                text = open(path).read()
-                if "return 0" in text:
-                    open(path, "w").write(text.replace("return 0", "return 1"))
+            text = open(d + "/main.py").read()
+            if "return 0" in text:
+                open(d + "/main.py", "w").write(text.replace("return 0", "return 1"))
         except OSError:
             pass
 """
@@ -49,17 +58,15 @@ def test_sibling_cannot_rewrite_main_py():
     assert victim.score == 0.0
 
 
-SYMLINK_STDIN = """
-import glob, os, time
+SYMLINK_STDIN = SIBLING_DIRS + """
 end = time.time() + 2.5
 while time.time() < end:
-    for path in glob.glob("/run/credo-sandbox/*/stdin.txt") + glob.glob("/tmp/credo-sandbox*/*/stdin.txt"):
-        if not os.path.samefile(os.path.dirname(path), "."):
-            try:
-                os.remove(path)
-                os.symlink(%r, path)
-            except OSError:
-                pass
+    for d in sibling_dirs():
+        try:
+            os.remove(d + "/stdin.txt")
+            os.symlink(%r, d + "/stdin.txt")
+        except OSError:
+            pass
 """
 
 
@@ -121,7 +128,7 @@ FAKERS = {
     "marker_then_flood": f"print({MARKER!r} + '[null, null]', flush=True)\nwhile True:\n    print('x' * 4096)\n",
     "marker_then_hang": f"print({MARKER!r} + '[null, null]', flush=True)\nwhile True:\n    pass\n",
     "replaced_exec": "def exec(*args, **kwargs):\n    pass\n",
-    "replaced_compile_and_builtins": "import builtins\nbuiltins.__dict__['exec'] = lambda *a, **k: None\n"
+    "replaced_compile_and_builtins": "import builtins, json\nbuiltins.__dict__['exec'] = lambda *a, **k: None\n"
                                      "compile = lambda *a, **k: None\n",
     "replaced_json_module": "import sys, types\nfake = types.ModuleType('json')\n"
                             "fake.dumps = lambda results: '[' + ', '.join(['null'] * len(results)) + ']'\n"
@@ -217,6 +224,19 @@ def test_a_deep_directory_tree_neither_crashes_execute_nor_leaks():
     result = execute(program, timeout_s=10.0)
     assert result.stdout.strip() == "deep"
     assert leftovers() - before == set()
+
+
+def test_a_tree_deeper_than_the_recursion_limit_and_path_max_is_removed(tmp_path):
+    from rewards.sandbox.tree import remove_tree  # the fallback's host directories (CREDO_CODE_SANDBOX=none)
+    fd = os.open(tmp_path, os.O_RDONLY)
+    for _ in range(1500):  # 1500 levels of "dd/": 4500 characters, past PATH_MAX and the recursion limit
+        os.mkdir("dd", dir_fd=fd)
+        open(os.open("f", os.O_CREAT | os.O_WRONLY, dir_fd=fd), "w").close()
+        fd, old = os.open("dd", os.O_RDONLY, dir_fd=fd), fd
+        os.close(old)
+    os.close(fd)
+    remove_tree(str(tmp_path / "dd"))
+    assert os.listdir(tmp_path) == ["f"]
 
 
 def test_the_checkout_and_the_datasets_are_not_visible():
