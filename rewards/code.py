@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from rewards.sandbox.bwrap import find_bwrap
 
-_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox", "runner.py")
 STATUSES = ("ok", "error", "timeout", "memory", "output_limit", "killed")
 ISOLATIONS = ("bwrap", "none")
 _counts, _counts_lock = Counter(), threading.Lock()
@@ -98,12 +98,12 @@ def _count(isolation: str):
 
 
 def _run_job(job: dict, timeout_s: float) -> ExecResult:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": _REPO_ROOT}
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     if "CREDO_SANDBOX_PYTHON" in os.environ:
         env["CREDO_SANDBOX_PYTHON"] = os.environ["CREDO_SANDBOX_PYTHON"]
     try:
-        proc = subprocess.run([sys.executable, "-m", "rewards.sandbox.runner"], input=json.dumps(job), cwd=_REPO_ROOT,
-                              env=env, capture_output=True, text=True, timeout=timeout_s + 15, start_new_session=True)
+        proc = subprocess.run([sys.executable, "-I", "-S", _RUNNER], input=json.dumps(job), cwd="/", env=env,
+                              capture_output=True, text=True, timeout=timeout_s + 15, start_new_session=True)
     except subprocess.TimeoutExpired:
         return ExecResult("timeout", -9, "", "sandbox runner did not finish", timeout_s + 15, job["isolation"])
     try:
