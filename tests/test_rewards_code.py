@@ -18,8 +18,15 @@ def repo_state():
 
 
 def sandbox_processes():
-    """Processes of any run: each runs as its own uid from UID_BASE up (see rewards/sandbox/runner.py)."""
-    return [p for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real >= UID_BASE]
+    """Processes of runs that outlive them: each run has its own uid from UID_BASE up (rewards/sandbox/runner.py);
+    one still there a second later is a leak, not a run of another test or benchmark on this machine."""
+    def now():
+        return {p.pid for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real >= UID_BASE}
+    first = now()
+    if not first:
+        return []
+    time.sleep(1.0)
+    return sorted(first & now())
 
 
 @pytest.fixture(autouse=True)
@@ -177,3 +184,10 @@ def test_without_bubblewrap_execute_refuses_unless_the_fallback_is_asked_for(mon
             execute("print(1)")
     finally:
         code._checked.cache_clear()
+
+
+def test_forged_replies_to_the_harness_count_for_nothing():
+    forge = ("import os\nfor reply in (b'{\"ok\": true}', b'{\"exc\": [\"SystemExit\", \"0\"]}', b'{\"ok\": {\"x\": 1}}',"
+             " b'[' * 100000, b'not json'):\n    os.write(4, reply + b'\\n')\n")
+    result = run_tests("def f():\n    return 0\n" + forge, ["assert f() == 1"])
+    assert (result.passed, result.score) == (0, 0.0)  # the harness stops at the first forged reply

@@ -239,6 +239,13 @@ def test_a_tree_deeper_than_the_recursion_limit_and_path_max_is_removed(tmp_path
     assert os.listdir(tmp_path) == ["f"]
 
 
+def test_a_run_cannot_make_new_user_namespaces():
+    program = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+               "print('unshare', libc.unshare(0x10000000), flush=True)\n")  # CLONE_NEWUSER: root of its own
+    result = execute(program, **LIMITS)
+    assert result.stdout.strip() == "unshare -1", result
+
+
 def test_the_checkout_and_the_datasets_are_not_visible():
     paths = [os.path.join(REPO_ROOT, "rewards", "code.py"), os.path.join(REPO_ROOT, "data", "mbpp", "sanitized.jsonl")]
     program = "import os\nfor p in %r:\n    print(p, os.path.exists(p))\n" % paths

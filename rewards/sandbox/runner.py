@@ -53,8 +53,9 @@ def _memfd(name: str, data: bytes) -> int:
 def _rlimits(job: dict) -> dict:
     limits = {resource.RLIMIT_CPU: int(job["timeout_s"]) + 1, resource.RLIMIT_AS: job["memory_mb"] * MB,
               resource.RLIMIT_FSIZE: job["max_file_mb"] * MB, resource.RLIMIT_NOFILE: 64, resource.RLIMIT_CORE: 0}
-    if os.getuid() == 0:  # per uid: only meaningful (and harmless to the caller) when the run has its own uid
-        limits[resource.RLIMIT_NPROC] = job["max_processes"]
+    # Per uid: a limit per run as root (each run has its own uid); without root it is shared with the caller's
+    # other processes, as it always was (the pids cgroup, where writable, is the real limit)
+    limits[resource.RLIMIT_NPROC] = job["max_processes"]
     return limits
 
 
