@@ -77,10 +77,11 @@ def _checked(isolation: str) -> str:
                       RuntimeWarning, stacklevel=3)
         return isolation
     if find_bwrap() is None:
-        raise SandboxUnavailable("the code sandbox needs bubblewrap: `apt-get install -y bubblewrap` (scripts/setup.sh "
-                                 "does it as root), or CREDO_CODE_SANDBOX=none for a weaker fallback")
-    probe = _result(_run_job({"code": "print('ok')", "stdin": "", "tests": None, "isolation": isolation, "timeout_s": 10,
-                      "memory_mb": 256, "max_output_bytes": 4096, "max_processes": 8, "max_file_mb": 1}, 10))
+        raise SandboxUnavailable("the code sandbox needs bubblewrap: `apt-get install -y bubblewrap` "
+                                 "(scripts/setup.sh does it as root), or CREDO_CODE_SANDBOX=none for a weaker fallback")
+    probe_job = {"code": "print('ok')", "stdin": "", "tests": None, "isolation": isolation, "timeout_s": 10,
+                 "memory_mb": 256, "max_output_bytes": 4096, "max_processes": 8, "max_file_mb": 1}
+    probe = _result(_run_job(probe_job, 10))
     if probe.status != "ok" or probe.stdout.strip() != "ok":
         raise SandboxUnavailable(f"bubblewrap cannot start a sandbox here ({probe.stderr.strip()[-300:]}); "
                                  "it needs user namespaces (sysctl kernel.unprivileged_userns_clone=1 or root)")

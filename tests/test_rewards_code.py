@@ -142,18 +142,21 @@ def test_many_programs_run_in_parallel_and_come_back_in_order():
 
 def test_tests_reach_the_programs_objects_only_through_handles():
     program = ("class Stack:\n    def __init__(self):\n        self.items = []\n    def push(self, x):\n"
-               "        self.items.append(x)\n        return self\n    def __len__(self):\n        return len(self.items)\n"
+               "        self.items.append(x)\n        return self\n"
+               "    def __len__(self):\n        return len(self.items)\n"
                "def checked(x):\n    if x < 0:\n        raise ValueError('negative')\n    return {'x': (x, [x])}\n")
     tests = ["s = Stack().push(1).push(2)\nassert len(s) == 2 and s.items == [1, 2]",
              "assert checked(3) == {'x': (3, [3])}",
-             "try:\n    checked(-1)\n    raise AssertionError('no error')\nexcept ValueError as e:\n    assert 'negative' in str(e)",
+             "try:\n    checked(-1)\n    raise AssertionError('no error')\n"
+             "except ValueError as e:\n    assert 'negative' in str(e)",
              "assert type(Stack()).__name__ == 'Remote'"]  # an instance stays in the program's process
     result = run_tests(program, tests)
     assert (result.passed, result.status) == (4, "ok"), result
 
 
 def test_a_run_that_does_not_end_ok_scores_zero_even_after_its_tests_passed():
-    lingering = "import threading, time\nthreading.Thread(target=time.sleep, args=(30,)).start()\ndef f():\n    return 1\n"
+    lingering = ("import threading, time\nthreading.Thread(target=time.sleep, args=(30,)).start()\n"
+                 "def f():\n    return 1\n")
     result = run_tests(lingering, ["assert f() == 1"], timeout_s=2.0)
     assert (result.score, result.status) == (0.0, "timeout")
 
@@ -187,7 +190,7 @@ def test_without_bubblewrap_execute_refuses_unless_the_fallback_is_asked_for(mon
 
 
 def test_forged_replies_to_the_harness_count_for_nothing():
-    forge = ("import os\nfor reply in (b'{\"ok\": true}', b'{\"exc\": [\"SystemExit\", \"0\"]}', b'{\"ok\": {\"x\": 1}}',"
-             " b'[' * 100000, b'not json'):\n    os.write(4, reply + b'\\n')\n")
+    forge = ("import os\nfor reply in (b'{\"ok\": true}', b'{\"exc\": [\"SystemExit\", \"0\"]}',"
+             " b'{\"ok\": {\"x\": 1}}', b'[' * 100000, b'not json'):\n    os.write(4, reply + b'\\n')\n")
     result = run_tests("def f():\n    return 0\n" + forge, ["assert f() == 1"])
     assert (result.passed, result.score) == (0, 0.0)  # the harness stops at the first forged reply

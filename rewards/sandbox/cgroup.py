@@ -13,7 +13,7 @@ STALE_AFTER_S = 120  # an empty run cgroup this old was left by a runner that wa
 
 
 def _own_path(controller: str):
-    """Where this process sits in a v1 hierarchy, from /proc/self/cgroup ("4:memory:/a/b" -> /sys/fs/cgroup/memory/a/b)."""
+    """Where this process sits in a v1 hierarchy (/proc/self/cgroup "4:memory:/a/b" -> /sys/fs/cgroup/memory/a/b)."""
     with open("/proc/self/cgroup") as f:
         for line in f:
             _, controllers, path = line.rstrip("\n").split(":", 2)

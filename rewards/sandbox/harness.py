@@ -1,7 +1,8 @@
 """The test side of a tested run, in its own sandbox: the tests run here, in this interpreter, and reach the
 program's names only through requests to the program's process (serve.py), whose replies decode to plain values
-or handles (wire.py). Job in job.json (its working directory) ({"tests", "token", "max_reply_bytes"}), visible to no one else;
-results out on fd 3 as one line: the run's token, then a JSON list with None per passing test, else the error.
+or handles (wire.py). The job is job.json in its working directory ({"tests", "token", "max_reply_bytes"}), visible
+to no one else; results go out on fd 3 as one line: the run's token, then a JSON list with None per passing test,
+else the error.
 """
 import builtins
 import json

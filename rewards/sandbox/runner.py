@@ -50,6 +50,11 @@ def _memfd(name: str, data: bytes) -> int:
     return fd
 
 
+def _stub(name: str) -> bytes:
+    with open(os.path.join(STUB_DIR, name), "rb") as f:
+        return f.read()
+
+
 def _rlimits(job: dict) -> dict:
     limits = {resource.RLIMIT_CPU: int(job["timeout_s"]) + 1, resource.RLIMIT_AS: job["memory_mb"] * MB,
               resource.RLIMIT_FSIZE: job["max_file_mb"] * MB, resource.RLIMIT_NOFILE: 64, resource.RLIMIT_CORE: 0}
@@ -151,7 +156,7 @@ def run(job: dict) -> dict:
     cgroup = RunCgroup.create(job["memory_mb"] * MB, job["max_processes"] + 8)  # + bwrap's own processes
     program_files = {"main.py": job["code"].encode()}
     if tested:
-        program_files.update({name: open(os.path.join(STUB_DIR, name), "rb").read() for name in ("serve.py", "wire.py")})
+        program_files.update({name: _stub(name) for name in ("serve.py", "wire.py")})
     program = Sandbox(job, program_files, ["serve.py" if tested else "main.py"], uid)
     sandboxes = [program]
     stdin_fd = _memfd("stdin", job.get("stdin", "").encode())
@@ -163,8 +168,7 @@ def run(job: dict) -> dict:
     if tested:
         harness_job = {"tests": job["tests"], "token": token, "max_reply_bytes": job["max_output_bytes"] * 16}
         harness = Sandbox(job, {"job.json": json.dumps(harness_job).encode(),
-                                "harness.py": open(os.path.join(STUB_DIR, "harness.py"), "rb").read(),
-                                "wire.py": open(os.path.join(STUB_DIR, "wire.py"), "rb").read()},
+                                "harness.py": _stub("harness.py"), "wire.py": _stub("wire.py")},
                           ["harness.py"], uid + 1)
         sandboxes.append(harness)
         req_r, req_w = os.pipe()      # harness -> program

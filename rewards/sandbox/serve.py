@@ -1,5 +1,5 @@
-"""The program side of a tested run (inside the program's sandbox): run main.py (its working directory) as __main__, then answer the
-harness's requests over fds 3 (requests in) and 4 (replies out) until the harness hangs up.
+"""The program side of a tested run, inside the program's sandbox: run main.py (in its working directory) as
+__main__, then answer the harness's requests over fds 3 (requests in) and 4 (replies out) until it hangs up.
 
 Nothing here is trusted: the program may rewrite this process at will. That costs nothing, because the harness
 lives in another sandbox and only ever receives encoded values from here (wire.py), never objects or code.
