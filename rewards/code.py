@@ -1,30 +1,47 @@
-"""Code verifier: run model-written programs in a sandbox (rewards/sandbox_runner.py) and score them on tests.
+"""Code verifier: run model-written programs in a sandbox (rewards/sandbox/) and score them on tests.
 
-What is enforced (tests/test_rewards_code.py shows each): wall timeout and CPU-time limit; address-space limit;
-process limit; file-size limit; capped output; a private temporary working directory removed afterwards; a
-scrubbed environment; no network (a fresh network namespace; where the kernel refuses one, socket creation is
-refused inside the interpreter instead); the whole process tree, setsid() escapees included, killed afterwards.
-Run as root (as here), the program runs as `nobody`, so it cannot write the repository or signal the trainer,
-and it gets private, empty /tmp, /var/tmp and /dev/shm (a mount namespace) that vanish with it. Not enforced: a
-program can read world-readable files; without root the user, mount and network isolation degrade as noted in
-sandbox_runner.py; and the tests run in the program's own process, so a program written to fake results could.
+Isolation (bubblewrap, rewards/sandbox/bwrap.py): every program runs in fresh user, PID, IPC, network, UTS and
+mount namespaces, as uid 65534 inside and its own unprivileged uid outside, with no new user namespaces, private
+/proc, /dev and /tmp, its files on a size-limited tmpfs, and nothing of the host but /usr (and the interpreter's
+prefix) read-only: no other run, no checkout, no datasets, no network. One cgroup per run (v1 memory + pids)
+limits everything the run starts together, shared memory and children included; rlimits (CPU time, address
+space, file size, open files, processes) and the output caps stay as the inner layer; the whole tree is killed at
+the end. tests/test_sandbox_hostile.py attacks each of these.
+
+Results that a program cannot fake (run_tests): the tests run in a second sandbox, in another interpreter, and
+reach the program's names only through requests over a pipe whose replies decode to plain values or handles
+(rewards/sandbox/wire.py), never to objects with the program's code in them. The harness alone writes the result
+pipe, its line carries a token drawn per run, and any run status other than "ok" scores 0. The tests are never in
+the program's view. What no harness can prevent, and stays inherent: a program may return an object whose
+comparisons it answers itself (an always-equal `__eq__` still says True through its handle), or hard-code the
+answers to tests it was shown in the prompt; use held-out tests to catch the second.
+
+Without bubblewrap `execute` refuses (SandboxUnavailable) unless CREDO_CODE_SANDBOX=none asks for the weaker
+fallback (rlimits, own uid and network namespace when root; no mount, PID or IPC isolation between runs), which
+warns once and is counted in sandbox_counts(); where no cgroup is writable the memory and process limits are per
+process (rlimits) and that too warns once and is counted.
 """
+import functools
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
+import threading
+import warnings
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from rewards.sandbox.bwrap import find_bwrap
+
+_RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox", "runner.py")
 STATUSES = ("ok", "error", "timeout", "memory", "output_limit", "killed")
-NOBODY = 65534
-# Working directories live outside /tmp (the program gets a private /tmp) in a place `nobody` can reach whatever
-# the permissions of the checkout's parents: /run when root, else the usual temporary directory.
-SANDBOX_ROOT = "/run/credo-sandbox" if os.getuid() == 0 and os.path.isdir("/run") else \
-    os.path.join(tempfile.gettempdir(), "credo-sandbox")
+ISOLATIONS = ("bwrap", "none")
+_counts, _counts_lock = Counter(), threading.Lock()
+
+
+class SandboxUnavailable(RuntimeError):
+    """The requested isolation cannot run on this machine."""
 
 
 @dataclass
@@ -34,76 +51,114 @@ class ExecResult:
     stdout: str        # capped
     stderr: str        # capped
     wall_s: float
+    isolation: str = ""  # "bwrap+cgroup" normally; "+rlimits": limits per process; "none+...": no bubblewrap
+
+
+def sandbox_counts() -> dict:
+    """Runs so far in this process by isolation ("bwrap+cgroup", "bwrap+rlimits", "none+cgroup", ...)."""
+    with _counts_lock:
+        return dict(_counts)
+
+
+def requested_isolation() -> str:
+    choice = os.environ.get("CREDO_CODE_SANDBOX", "bwrap")
+    if choice not in ISOLATIONS:
+        raise SandboxUnavailable(f"CREDO_CODE_SANDBOX={choice!r}: expected one of {', '.join(ISOLATIONS)}")
+    return choice
+
+
+@functools.lru_cache(maxsize=None)
+def _checked(isolation: str) -> str:
+    """Refuse clearly, once, where bubblewrap is missing or cannot make namespaces here (else every program would
+    silently score 0 with a bwrap error on its stderr)."""
+    if isolation == "none":
+        warnings.warn("CREDO_CODE_SANDBOX=none: programs run WITHOUT bubblewrap (no mount, PID or IPC isolation "
+                      "between runs); a policy can learn to attack its siblings. Counted in sandbox_counts().",
+                      RuntimeWarning, stacklevel=3)
+        return isolation
+    if find_bwrap() is None:
+        raise SandboxUnavailable("the code sandbox needs bubblewrap: `apt-get install -y bubblewrap` "
+                                 "(scripts/setup.sh does it as root), or CREDO_CODE_SANDBOX=none for a weaker fallback")
+    probe_job = {"code": "print('ok')", "stdin": "", "tests": None, "isolation": isolation, "timeout_s": 10,
+                 "memory_mb": 256, "max_output_bytes": 4096, "max_processes": 8, "max_file_mb": 1}
+    probe = _result(_run_job(probe_job, 10))
+    if probe.status != "ok" or probe.stdout.strip() != "ok":
+        raise SandboxUnavailable(f"bubblewrap cannot start a sandbox here ({probe.stderr.strip()[-300:]}); "
+                                 "it needs user namespaces (sysctl kernel.unprivileged_userns_clone=1 or root)")
+    return isolation
+
+
+def _count(isolation: str):
+    with _counts_lock:
+        first = isolation not in _counts
+        _counts[isolation] += 1
+    if first and isolation.endswith("+rlimits"):
+        warnings.warn("no writable cgroup (v1 memory + pids) for the code sandbox: memory_mb and max_processes are "
+                      "limits PER PROCESS (rlimits); a run's children together can exceed them. Counted in "
+                      "sandbox_counts().", RuntimeWarning, stacklevel=3)
+
+
+def _run_job(job: dict, timeout_s: float) -> ExecResult:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    if "CREDO_SANDBOX_PYTHON" in os.environ:
+        env["CREDO_SANDBOX_PYTHON"] = os.environ["CREDO_SANDBOX_PYTHON"]
+    try:
+        proc = subprocess.run([sys.executable, "-I", "-S", _RUNNER], input=json.dumps(job), cwd="/", env=env,
+                              capture_output=True, text=True, timeout=timeout_s + 15, start_new_session=True)
+    except subprocess.TimeoutExpired:
+        return ExecResult("timeout", -9, "", "sandbox runner did not finish", timeout_s + 15, job["isolation"])
+    try:
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        return ExecResult("killed", proc.returncode, "", f"sandbox runner failed: {proc.stderr[-2000:]}", 0.0,
+                          job["isolation"])
+    return result
+
+
+def _job(code: str, stdin: str, tests, timeout_s: float, memory_mb: int, max_output_bytes: int, max_processes: int,
+         max_file_mb: int) -> dict:
+    return {"code": code, "stdin": stdin, "tests": tests, "isolation": _checked(requested_isolation()),
+            "timeout_s": timeout_s, "memory_mb": memory_mb, "max_output_bytes": max_output_bytes,
+            "max_processes": max_processes, "max_file_mb": max_file_mb}
+
+
+def _result(raw) -> ExecResult:
+    if isinstance(raw, ExecResult):
+        return raw
+    _count(raw["isolation"])
+    return ExecResult(raw["status"], raw["returncode"], raw["stdout"], raw["stderr"], raw["wall_s"], raw["isolation"])
 
 
 def execute(code: str, *, stdin: str = "", timeout_s: float = 5.0, memory_mb: int = 1024,
             max_output_bytes: int = 65536, max_processes: int = 64, max_file_mb: int = 16) -> ExecResult:
     """Run `code` as a Python program in the sandbox and return how it ended."""
-    os.makedirs(SANDBOX_ROOT, mode=0o711, exist_ok=True)  # not under /tmp: the program gets a private /tmp
-    workdir = tempfile.mkdtemp(prefix="run-", dir=SANDBOX_ROOT)
-    try:
-        with open(os.path.join(workdir, "main.py"), "w") as f:
-            f.write(code)
-        with open(os.path.join(workdir, "stdin.txt"), "w") as f:
-            f.write(stdin)
-        if os.getuid() == 0:  # the program runs as nobody: give it its working directory and nothing else
-            for name in ("", "main.py", "stdin.txt"):
-                os.chown(os.path.join(workdir, name), NOBODY, NOBODY)
-        job = {"dir": workdir, "timeout_s": timeout_s, "memory_mb": memory_mb, "max_output_bytes": max_output_bytes,
-               "max_processes": max_processes, "max_file_mb": max_file_mb}
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": _REPO_ROOT}
-        try:
-            proc = subprocess.run([sys.executable, "-m", "rewards.sandbox_runner", json.dumps(job)], cwd=_REPO_ROOT,
-                                  env=env, capture_output=True, text=True, timeout=timeout_s + 15,
-                                  start_new_session=True)
-        except subprocess.TimeoutExpired:
-            return ExecResult("timeout", -9, "", "sandbox runner did not finish", timeout_s + 15)
-        try:
-            result = json.loads(proc.stdout.strip().splitlines()[-1])
-        except (IndexError, json.JSONDecodeError):
-            return ExecResult("killed", proc.returncode, "", f"sandbox runner failed: {proc.stderr[-2000:]}", 0.0)
-        return ExecResult(**result)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    job = _job(code, stdin, None, timeout_s, memory_mb, max_output_bytes, max_processes, max_file_mb)
+    return _result(_run_job(job, timeout_s))
 
 
 @dataclass
 class TestResult:
     passed: int
     total: int
-    score: float       # passed / total
+    score: float       # passed / total; 0 whenever the run's status is not "ok"
     feedback: str      # the first failing test and its error, truncated ("" when all pass)
-    status: str        # the ExecResult status of the run
+    status: str        # the ExecResult status of the program's run
 
 
-_MARKER = "__CREDO_TEST_RESULTS__"
-_HARNESS = '''
-
-import json as _credo_json
-_credo_results = []
-for _credo_src in {tests!r}:
-    try:
-        exec(compile(_credo_src, "<test>", "exec"), globals())
-        _credo_results.append(None)
-    except BaseException as _credo_exc:
-        _credo_results.append(type(_credo_exc).__name__ + ": " + str(_credo_exc))
-print({marker!r} + _credo_json.dumps(_credo_results), flush=True)
-'''
-
-
-def run_tests(program: str, tests, feedback_chars: int = 500, **limits) -> TestResult:
-    """Run `program` then each test (a string of Python, e.g. an assert) in the sandbox; count the passes."""
+def run_tests(program: str, tests, feedback_chars: int = 500, *, timeout_s: float = 5.0, memory_mb: int = 1024,
+              max_output_bytes: int = 65536, max_processes: int = 64, max_file_mb: int = 16) -> TestResult:
+    """Run `program`, then each test (a string of Python, e.g. an assert, run in the harness's own sandbox against
+    the program's names); count the passes."""
     tests = [tests] if isinstance(tests, str) else list(tests)
     if not tests:
         raise ValueError("run_tests needs at least one test")
-    result = execute(program + _HARNESS.format(tests=tests, marker=_MARKER), **limits)
-    outcomes = None
-    for line in reversed(result.stdout.splitlines()):
-        if line.startswith(_MARKER):
-            outcomes = json.loads(line[len(_MARKER):])
-            break
-    if outcomes is None or len(outcomes) != len(tests):  # the program never reached the tests
-        reason = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else result.status
+    job = _job(program, "", tests, timeout_s, memory_mb, max_output_bytes, max_processes, max_file_mb)
+    raw = _run_job(job, timeout_s)
+    result = _result(raw)
+    outcomes, why = (raw.get("tests"), raw.get("tests_error", "")) if isinstance(raw, dict) else (None, "")
+    if result.status != "ok" or outcomes is None:  # a run that did not end cleanly proves nothing
+        lines = result.stderr.strip().splitlines()
+        reason = (lines[-1] if lines else why or result.status) if result.status != "ok" else why
         return TestResult(0, len(tests), 0.0, f"program {result.status}: {reason}"[:feedback_chars], result.status)
     passed = sum(o is None for o in outcomes)
     first_fail = next(((t, o) for t, o in zip(tests, outcomes) if o is not None), None)

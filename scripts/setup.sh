@@ -5,6 +5,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The code sandbox runs every program under bubblewrap (rewards/sandbox/) and refuses without it: install it where
+# we can (root with apt), quietly; a no-op once `bwrap` is there.
+if ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "[setup] installing bubblewrap (the code sandbox)"
+    { DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null 2>&1; }; } \
+      || echo "[setup] WARNING: could not install bubblewrap: code rewards will refuse to run" >&2
+  else
+    echo "[setup] WARNING: bubblewrap (bwrap) is missing and this is not root with apt: install it, or code rewards refuse to run" >&2
+  fi
+fi
+
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 # shellcheck disable=SC1091

@@ -8,6 +8,7 @@ import psutil
 import pytest
 
 from rewards.code import execute, run_many, run_tests
+from rewards.sandbox.runner import UID_BASE
 from tests.helpers import REPO_ROOT
 
 
@@ -17,8 +18,15 @@ def repo_state():
 
 
 def sandbox_processes():
-    return [p for p in psutil.process_iter(["username", "cmdline"])
-            if p.info["username"] == "nobody" and any("main.py" in c for c in (p.info["cmdline"] or []))]
+    """Processes of runs that outlive them: each run has its own uid from UID_BASE up (rewards/sandbox/runner.py);
+    one still there a second later is a leak, not a run of another test or benchmark on this machine."""
+    def now():
+        return {p.pid for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real >= UID_BASE}
+    first = now()
+    if not first:
+        return []
+    time.sleep(1.0)
+    return sorted(first & now())
 
 
 @pytest.fixture(autouse=True)
@@ -105,19 +113,23 @@ def test_no_network_even_to_a_local_port():
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(1)
+    server.settimeout(0.5)
     port = server.getsockname()[1]
     try:
         result = execute(f"import socket\ns = socket.socket()\ns.settimeout(2)\ns.connect(('127.0.0.1', {port}))\n"
                          "print('connected')\n")
+        with pytest.raises(socket.timeout):  # nothing reached our port: the run's loopback is its own
+            server.accept()
     finally:
         server.close()
     assert result.status == "error" and "connected" not in result.stdout
-    assert "Network is unreachable" in result.stderr or "network access is disabled" in result.stderr
+    assert "Connection refused" in result.stderr or "Network is unreachable" in result.stderr
 
 
 def test_killing_the_parent_is_refused():
     result = execute(f"import os, signal\nos.kill({os.getpid()}, signal.SIGKILL)\n")
-    assert result.status == "error" and "PermissionError" in result.stderr  # and we are still here
+    # our pid does not exist in the run's PID namespace (or names one of its own processes); we are still here
+    assert result.status in ("error", "killed")
 
 
 def test_many_programs_run_in_parallel_and_come_back_in_order():
@@ -126,3 +138,59 @@ def test_many_programs_run_in_parallel_and_come_back_in_order():
     results = run_many([(p, t) for p, t in jobs], workers=2)
     assert [r.score for r in results] == [1.0, 1.0, 1.0, 0.0, 1.0, 1.0]
     assert results[3].status == "timeout"
+
+
+def test_tests_reach_the_programs_objects_only_through_handles():
+    program = ("class Stack:\n    def __init__(self):\n        self.items = []\n    def push(self, x):\n"
+               "        self.items.append(x)\n        return self\n"
+               "    def __len__(self):\n        return len(self.items)\n"
+               "def checked(x):\n    if x < 0:\n        raise ValueError('negative')\n    return {'x': (x, [x])}\n")
+    tests = ["s = Stack().push(1).push(2)\nassert len(s) == 2 and s.items == [1, 2]",
+             "assert checked(3) == {'x': (3, [3])}",
+             "try:\n    checked(-1)\n    raise AssertionError('no error')\n"
+             "except ValueError as e:\n    assert 'negative' in str(e)",
+             "assert type(Stack()).__name__ == 'Remote'"]  # an instance stays in the program's process
+    result = run_tests(program, tests)
+    assert (result.passed, result.status) == (4, "ok"), result
+
+
+def test_a_run_that_does_not_end_ok_scores_zero_even_after_its_tests_passed():
+    lingering = ("import threading, time\nthreading.Thread(target=time.sleep, args=(30,)).start()\n"
+                 "def f():\n    return 1\n")
+    result = run_tests(lingering, ["assert f() == 1"], timeout_s=2.0)
+    assert (result.score, result.status) == (0.0, "timeout")
+
+
+def test_every_run_says_how_it_was_isolated():
+    result = execute("print(1)")
+    assert result.isolation in ("bwrap+cgroup", "bwrap+rlimits")
+    if os.getuid() == 0 and os.access("/sys/fs/cgroup/pids", os.W_OK):  # CI and these machines: root, cgroup v1
+        assert result.isolation == "bwrap+cgroup"
+
+
+def test_without_bubblewrap_execute_refuses_unless_the_fallback_is_asked_for(monkeypatch):
+    import rewards.code as code
+    monkeypatch.setattr(code, "find_bwrap", lambda: None)  # a machine without bubblewrap
+    code._checked.cache_clear()
+    try:
+        with pytest.raises(code.SandboxUnavailable, match="apt-get install -y bubblewrap"):
+            execute("print(1)")
+        monkeypatch.setenv("CREDO_CODE_SANDBOX", "none")
+        before = code.sandbox_counts()
+        with pytest.warns(RuntimeWarning, match="WITHOUT bubblewrap"):
+            result = execute("print(1)")
+        assert result.stdout == "1\n" and result.isolation.startswith("none+")
+        after = code.sandbox_counts()
+        assert after[result.isolation] == before.get(result.isolation, 0) + 1
+        monkeypatch.setenv("CREDO_CODE_SANDBOX", "nsjail")
+        with pytest.raises(code.SandboxUnavailable, match="CREDO_CODE_SANDBOX='nsjail'"):
+            execute("print(1)")
+    finally:
+        code._checked.cache_clear()
+
+
+def test_forged_replies_to_the_harness_count_for_nothing():
+    forge = ("import os\nfor reply in (b'{\"ok\": true}', b'{\"exc\": [\"SystemExit\", \"0\"]}',"
+             " b'{\"ok\": {\"x\": 1}}', b'[' * 100000, b'not json'):\n    os.write(4, reply + b'\\n')\n")
+    result = run_tests("def f():\n    return 0\n" + forge, ["assert f() == 1"])
+    assert (result.passed, result.score) == (0, 0.0)  # the harness stops at the first forged reply
