@@ -20,7 +20,7 @@ import traceback
 import types
 
 MAX_VARIABLE_BYTES = 1 << 20   # a variable whose pickle is larger is not kept
-MAX_VARIABLES_BYTES = 8 << 20  # nor are variables past this total (protocol.py checks the same bounds)
+MAX_VARIABLES_BYTES = 4 << 20  # nor are variables past this total (protocol.py checks the same bounds)
 MAX_DEFINITIONS_BYTES = 1 << 20  # imports, functions and classes replayed in later cells
 MAX_ERROR_CHARS = 1 << 16
 

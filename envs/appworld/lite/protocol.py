@@ -9,13 +9,14 @@ import base64
 import binascii
 import json
 
-MAX_LINE_BYTES = 2 << 20        # one API call's arguments (a note's content, say)
+MAX_LINE_BYTES = 8 << 20        # one API call, or the shell's new state (variables + definitions, JSON-escaped)
 MAX_VARIABLE_CHARS = 1 << 20    # as cell.py: a pickled variable, base64
-MAX_VARIABLES_CHARS = 8 << 20
+MAX_VARIABLES_CHARS = 4 << 20
 MAX_DEFINITIONS_CHARS = 1 << 20
 MAX_ERROR_CHARS = 1 << 16
 MAX_OUTPUT_CHARS = 1 << 20      # what a cell prints, kept; the env shows the model far less (max_output_chars)
-MAX_DB_BYTES = 16 << 20         # the world's database; an API call that would grow it past this fails (507)
+MAX_DB_BYTES = 4 << 20          # the world's database (a seed is ~0.1 MiB); a call that would grow it past fails (507)
+MAX_REPLY_CHARS = 48 << 20      # all of the above in one host reply, JSON-escaped at worst
 STATUSES = ("ok", "error", "timeout", "memory", "killed", "forfeit")
 EVALUATION_KEYS = {"success": bool, "pass_count": int, "num_tests": int, "passes": list, "failures": list,
                    "difficulty": int}
@@ -98,7 +99,7 @@ def check_evaluation(evaluation) -> dict:
 def check_host_reply(text: str) -> dict:
     """The world host's reply to the trainer: {"status", "output", "error", "db", "variables", "definitions",
     "completed", "evaluation"}; db, variables and definitions are null when the cell's effects were dropped."""
-    _require(len(text) <= 2 * MAX_DB_BYTES + 2 * MAX_VARIABLES_CHARS, "reply too large")
+    _require(len(text) <= MAX_REPLY_CHARS, "reply too large")
     try:
         reply = json.loads(text)
     except ValueError as exc:
