@@ -138,7 +138,8 @@ def test_format_string_introspection_shows_no_world(backend):
 def test_globals_walk_and_gc_find_no_world_to_write(backend):
     code = ("import operator\ng = operator.attrgetter('__class__.__init__.__globals__')(apis)\nb = g['__builtins__']\n"
             "load = b['__import__'] if type(b) is dict else operator.attrgetter('__import__')(b)\n"
-            "gc = load('gc')\nworlds = [o for o in gc.get_objects() if 'World' in str(type(o)) or 'sqlite3.Connection' in str(type(o))]\n"
+            "gc = load('gc')\nkinds = ('World', 'sqlite3.Connection')\n"
+            "worlds = [o for o in gc.get_objects() if any(k in str(type(o)) for k in kinds)]\n"
             "print('worlds', len(worlds))\n"
             f"for w in worlds:\n    (w.conn if hasattr(w, 'conn') else w).execute({CHEAT_SQL!r})")
     out = run_cell(backend, code)

@@ -121,8 +121,9 @@ class LiteBackend:
         try:
             out, err = proc.communicate(json.dumps(job).encode(), timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(proc.pid, signal.SIGKILL)  # the sandboxed cell dies with it (bwrap --die-with-parent)
             proc.communicate()
+            jail.Cgroup.remove_left_by(proc.pid)
             return None, f"the world host ran past {timeout_s:g} seconds"
         try:
             return protocol.check_host_reply(out.decode("utf-8", "replace")), None

@@ -33,10 +33,6 @@ class Deadline(Exception):
     pass
 
 
-def _on_alarm(signum, frame):
-    raise Deadline()
-
-
 def connect_until(deadline: float):
     """load() whose every query is aborted past `deadline` (SQLite calls back every PROGRESS_OPS steps; a Python
     signal cannot interrupt a query running in C, an endless view included)."""
@@ -62,7 +58,10 @@ def judge(task, db: bytes, deadline: float) -> tuple:
         rows = after.execute("SELECT completed FROM task_status").fetchall()
         if len(rows) != 1:
             return True, rejected(task, "task_status must hold exactly one row")
-        return bool(rows[0][0]), evaluate(task, db, connect)
+        evaluation = evaluate(task, db, connect)
+        if time.monotonic() > deadline:  # a check cut short by the deadline counts as failed: fail them all
+            return True, rejected(task, "evaluation ran out of time")
+        return bool(rows[0][0]), evaluation
     except sqlite3.OperationalError as exc:
         if time.monotonic() > deadline:
             return True, rejected(task, "evaluation ran out of time")
@@ -118,7 +117,12 @@ class CellRun:
         shell = {"apps": list(apps.APPS), "code": self.job["code"], "variables": self.job["variables"],
                  "definitions": self.job["definitions"]}
         threading.Thread(target=self._feed, args=(proc.stdin, json.dumps(shell).encode()), daemon=True).start()
-        signal.signal(signal.SIGALRM, _on_alarm)
+        armed = [True]
+
+        def on_alarm(signum, frame):
+            if armed[0]:  # never once clean-up has begun
+                raise Deadline()
+        signal.signal(signal.SIGALRM, on_alarm)
         signal.setitimer(signal.ITIMER_REAL, timeout_s)  # also interrupts a write to a cell that stopped reading
         try:
             self._serve(proc, req_r, rep_w)
@@ -127,6 +131,7 @@ class CellRun:
         except protocol.ProtocolError as exc:
             self.status, self.why = "forfeit", str(exc)
         finally:
+            armed[0] = False
             signal.setitimer(signal.ITIMER_REAL, 0)
             proc.kill()
             proc.wait()

@@ -68,7 +68,8 @@ def bwrap_argv(argv: list) -> list:
             raise SandboxUnavailable(f"the checkout {REPO_ROOT} lies inside {real}, which the AppWorld cell sandbox "
                                      "must bind read-only; use a Python installed outside the checkout")
     prefix_bind = [] if prefix.startswith("/usr/") else ["--ro-bind", prefix, prefix]
-    return [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+    return [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+            "--cap-drop", "ALL",
             "--uid", str(NOBODY), "--gid", str(NOBODY), *_root_entries(), *prefix_bind,
             "--proc", "/proc", "--dev", "/dev", "--size", str(TMP_BYTES), "--tmpfs", "/tmp", "--chdir", "/tmp",
             "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp",
@@ -88,6 +89,8 @@ def require_sandbox():
         raise SandboxUnavailable(f"bubblewrap cannot build the AppWorld cell sandbox here (exit {proc.returncode}: "
                                  f"{proc.stderr.strip()[-500:]}). {INSTALL_HINT}; it needs root or unprivileged "
                                  "user namespaces.")
+    probe = Cgroup(64)  # says so here, in the trainer's log, when cells will get no cgroup
+    probe.remove()
 
 
 def set_rlimits(memory_mb: int, cpu_s: int, file_mb: int = 16):
@@ -105,7 +108,7 @@ class Cgroup:
 
     def __init__(self, memory_mb: int, max_pids: int = MAX_PIDS):
         self.dirs = []
-        name = f"credo-appworld-{os.getpid()}-{secrets.token_hex(4)}"
+        name = f"{self.prefix(os.getpid())}{secrets.token_hex(4)}"
         try:
             for controller, limits in (("memory", {"memory.limit_in_bytes": memory_mb << 20,
                                                    "memory.memsw.limit_in_bytes": memory_mb << 20}),
@@ -123,6 +126,23 @@ class Cgroup:
                 Cgroup.warned = True
                 logger.warning("AppWorld cells get no cgroup here (%s): the memory limit is per process and the "
                                "process count is bounded only by the PID namespace", exc)
+
+    @staticmethod
+    def prefix(host_pid: int) -> str:
+        return f"credo-appworld-{host_pid}-"
+
+    @classmethod
+    def remove_left_by(cls, host_pid: int):
+        """Remove the cgroups of a host that was killed before it could (they sit beside this process's own)."""
+        for controller in ("memory", "pids"):
+            try:
+                parent = os.path.join(CGROUP_ROOT, controller, cls._own(controller).lstrip("/"))
+                names = [n for n in os.listdir(parent) if n.startswith(cls.prefix(host_pid))]
+            except OSError:
+                continue
+            left = cls.__new__(cls)
+            left.dirs = [os.path.join(parent, n) for n in names]
+            left.remove()
 
     @staticmethod
     def _own(controller: str) -> str:
