@@ -27,7 +27,8 @@ def reply(**changes) -> str:
 def test_a_line_must_be_one_json_object_with_one_key():
     assert parse_line(b'{"call": ["music", "show_song", {"song_id": 1}]}') == {"call": ["music", "show_song",
                                                                                     {"song_id": 1}]}
-    for bad in (b"not json", b"[1, 2]", b'{"call": 1, "done": 2}', b"\xff\xfe", b"[" * 100000):
+    for bad in (b"not json", b"[1, 2]", b'{"call": 1, "done": 2}', b"\xff\xfe", b"[" * 100000,
+                b'{"call": ["wallet", "send_money", {"receiver_email": "a@b", "amount": NaN}]}'):
         with pytest.raises(ProtocolError):
             parse_line(bad)
     with pytest.raises(ProtocolError, match="at most"):

@@ -31,11 +31,15 @@ def _require(ok: bool, why: str):
         raise ProtocolError(why)
 
 
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not JSON data")  # NaN as an amount would slip past every range check
+
+
 def parse_line(line: bytes) -> dict:
     """One JSON object from one line of the cell's request pipe."""
     _require(len(line) <= MAX_LINE_BYTES, f"a line of {len(line)} bytes (at most {MAX_LINE_BYTES})")
     try:
-        message = json.loads(line)
+        message = json.loads(line, parse_constant=_no_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ProtocolError(f"not JSON: {exc}") from None
     _require(isinstance(message, dict) and len(message) == 1, "a message is an object with one key")
