@@ -8,6 +8,7 @@ import os
 import sqlite3
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import psutil
 import pytest
@@ -233,3 +234,18 @@ def test_a_cell_cannot_grow_the_world_the_shell_or_the_trainer_without_bound(bac
     assert len(session.db) <= 4 << 20
     assert sum(map(len, session.variables.values())) <= 4 << 20
     assert rss[-1] - rss[0] < 64 << 20, f"the trainer grew from {rss[0] >> 20} to {rss[-1] >> 20} MiB"
+
+
+def test_a_cell_cannot_kill_a_concurrent_sibling():
+    """Two episodes at once (--code_workers 2): one cell signals every process it may, the other solves its task."""
+    killer, solver = LiteBackend(), LiteBackend()
+    killer.initialize("notes_tag_count_1")
+    solver.initialize(TASK)
+    code = ("import posixpath, time\nos = posixpath.os\nend = time.time() + 3\nwhile time.time() < end:\n"
+            "    try:\n        os.kill(-1, 9)\n    except OSError:\n        pass")
+    with ThreadPoolExecutor(2) as pool:
+        killing = pool.submit(killer.execute, "notes_tag_count_1", code)
+        time.sleep(0.5)
+        outputs = [solver.execute(TASK, cell) for cell in load_task(TASK).solution]
+        killing.result()
+    assert solver.evaluate(TASK)["success"], outputs

@@ -4,7 +4,7 @@ import psutil
 import pytest
 
 from envs.appworld.lite import jail
-from envs.appworld.lite.backend import FAILED, LiteBackend
+from envs.appworld.lite.backend import LiteBackend
 
 TASK = "notes_tag_count_2"
 HAS_CGROUP = bool(jail.Cgroup(64).dirs) and not jail.Cgroup(64).remove()
@@ -25,7 +25,8 @@ def leftovers(marker: str) -> list:
 def test_a_cell_is_nobody_alone_in_its_namespaces(backend):
     out = backend.execute(TASK, "import posixpath\nos = posixpath.os\nprint(os.getuid(), os.getpid(), "
                                 "sorted(os.listdir('/proc'))[:3], sorted(os.listdir('/tmp')))\n"
-                                "import pkgutil\ntry:\n    pkgutil.resolve_name('socket').create_connection(('1.1.1.1', 53), timeout=1)\n"
+                                "import pkgutil\nsocket = pkgutil.resolve_name('socket')\n"
+                                "try:\n    socket.create_connection(('1.1.1.1', 53), timeout=1)\n"
                                 "except OSError as exc:\n    print('no network:', repr(exc)[:60])")
     first, second = out.splitlines()
     uid, pid = first.split()[:2]
