@@ -145,7 +145,9 @@ class CellRun:
             elif memory or b"MemoryError" in self.output[-4000:]:
                 self.status = "memory"
             else:
-                self.status, self.why = "killed", f"it exited with status {proc.returncode} before finishing"
+                last = self.text().strip().splitlines()[-1:]  # e.g. why the sandbox could not start
+                self.status, self.why = "killed", f"it exited with status {proc.returncode} before finishing" + \
+                    (f": {last[0][:300]}" if last else "")
         return self
 
     @staticmethod
@@ -222,8 +224,10 @@ def run_evaluate(job: dict, task) -> dict:
 
 
 def main():
-    jail.set_rlimits(HOST_MEMORY_MB, 120)
     job = json.loads(sys.stdin.buffer.read())
+    # the cell's limits are set below these (an unprivileged process cannot raise its hard limits again)
+    seconds = job.get("timeout_s", 0) + job["eval_timeout_s"]
+    jail.set_rlimits(max(HOST_MEMORY_MB, job.get("memory_mb", 0)), int(seconds) + 60)
     task = load_task(job["task_id"])
     reply = (run_execute if job["op"] == "execute" else run_evaluate)(job, task)
     sys.stdout.write(json.dumps(reply))
