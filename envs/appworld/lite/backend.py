@@ -28,9 +28,11 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 
 from envs.appworld.lite import apps, jail, protocol
+from envs.appworld.lite.host import judge, rejected
 from envs.appworld.lite.tasks import Task, load_task
 from envs.appworld.lite.world import load, supervisor
 
@@ -107,7 +109,9 @@ class LiteBackend:
 
     def initialize(self, task_id: str, experiment_name: str = "credo") -> dict:
         task = load_task(task_id)
-        self.sessions[task_id] = Session(task, task.db)
+        # the seed is ours, never touched by a cell: judged here; every later world is judged by its host
+        completed, evaluation = judge(task, task.db, time.monotonic() + 60)
+        self.sessions[task_id] = Session(task, task.db, completed=completed, evaluation=evaluation)
         return {"task_id": task_id, "instruction": task.instruction, "supervisor": supervisor(load(task.db)),
                 "difficulty": task.difficulty,
                 "app_descriptions": [{"name": n, "description": a["description"]} for n, a in apps.APPS.items()]}
@@ -184,8 +188,9 @@ class LiteBackend:
                 job = {"op": "evaluate", "task_id": task_id, "db": _b64(session.db),
                        "eval_timeout_s": self.eval_timeout_s}
                 reply, why = self._host(job, self.eval_timeout_s + HOST_GRACE_S)
-                if reply is None:  # our own seed world failed to judge: a bug, not the policy's doing
-                    raise RuntimeError(f"AppWorld lite could not evaluate {task_id}: {why}")
+                if reply is None:  # a world that cannot be judged earns nothing (and is no reward error)
+                    logger.warning("AppWorld lite could not judge %s: %s; scored 0", task_id, why)
+                    reply = {"completed": True, "evaluation": rejected(session.task, f"not judged: {why}")}
                 session.completed, session.evaluation = reply["completed"], reply["evaluation"]
         return session
 
