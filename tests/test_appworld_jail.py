@@ -1,5 +1,7 @@
 """The lite AppWorld cell's sandbox (envs/appworld/lite/jail.py): bubblewrap namespaces, a cgroup for the whole
 cell where the machine has one, nothing left running afterwards, and a clear refusal without bubblewrap."""
+import os
+
 import psutil
 import pytest
 
@@ -7,7 +9,9 @@ from envs.appworld.lite import jail
 from envs.appworld.lite.backend import LiteBackend
 
 TASK = "notes_tag_count_2"
-HAS_CGROUP = bool(jail.Cgroup(64).dirs) and not jail.Cgroup(64).remove()
+_probe = jail.Cgroup(64)
+HAS_CGROUP = bool(_probe.dirs)
+_probe.remove()
 
 
 @pytest.fixture()
@@ -59,3 +63,22 @@ def test_without_bubblewrap_the_sandbox_refuses_with_the_install_command(monkeyp
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(jail.SandboxUnavailable, match="apt-get install -y bubblewrap"):
         jail.bwrap_argv(["python3"])
+
+
+def cell_cgroups() -> set:
+    found = set()
+    for controller in ("memory", "pids"):
+        try:
+            parent = os.path.join(jail.CGROUP_ROOT, controller, jail.Cgroup._own(controller).lstrip("/"))
+            found |= {os.path.join(parent, n) for n in os.listdir(parent) if n.startswith("credo-appworld-")}
+        except OSError:
+            pass
+    return found
+
+
+def test_no_cgroup_outlives_its_cell(backend):
+    before = cell_cgroups()
+    backend.timeout_s = 1.0
+    assert "TimeoutError" in backend.execute(TASK, "while True:\n    pass")
+    backend.execute(TASK, "print(1)")
+    assert cell_cgroups() - before == set()
