@@ -5,9 +5,9 @@ Both backends answer the same five calls:
     execute(task_id, code) -> output text          task_completed(task_id) -> bool
     evaluate(task_id) -> {"success", "pass_count", "num_tests", "passes", "failures", "difficulty"}
     close(task_id)
-`lite.backend.LiteBackend` does it in process; `RemoteClient` does it over HTTP against AppWorld's own server
-(`appworld serve environment --port P`, in AppWorld's venv) or ours (`python -m envs.appworld.server`). Every
-endpoint is a POST of JSON whose reply is wrapped as {"output": ...}.
+`lite.backend.LiteBackend` does it locally (each cell sandboxed, the world in a host process); `RemoteClient`
+does it over HTTP against AppWorld's own server (`appworld serve environment --port P`, in AppWorld's venv) or ours
+(`python -m envs.appworld.server`). Every endpoint is a POST of JSON whose reply is wrapped as {"output": ...}.
 """
 import json
 import os

@@ -4,8 +4,8 @@ Written from scratch for credo (nothing of AppWorld's code or data): the surface
 `apis.<app>.<api>(**kwargs)`, a login per app returning an access token, paginated lists, API docs in the same
 shape, HTTP-style errors raised as exceptions), the content is our own.
 
-This file is self-contained (stdlib only): its source is prepended to every cell's program, which runs in the
-sandbox against a copy of the world's database (see cell.py); the trusted side only reads the database back.
+This file runs in the world host (host.py), never in a cell: a cell's `apis` is a proxy (cell.py) whose calls
+arrive here as (app, api, kwargs) JSON and are answered with JSON.
 """
 import json
 import secrets
@@ -21,7 +21,7 @@ class ApiError(Exception):
 
     def __init__(self, status: int, message: str):
         super().__init__(f"Response status code is {status}:\n{json.dumps({'message': message})}")
-        self.status = status
+        self.status, self.message = status, message
 
 
 def api(app: str, description: str, params=(), auth: bool = True, method: str = "GET", returns: str = "null"):
@@ -101,31 +101,6 @@ class World:
         with self.conn:  # one transaction per call: a failed call changes nothing
             result = spec["fn"](self, user, **args)
         return json.loads(json.dumps(result))  # plain data only, no live objects
-
-
-class _App:
-    def __init__(self, world, name):
-        self._world, self._name = world, name
-
-    def __getattr__(self, api_name):
-        def call(*args, **kwargs):
-            if args:
-                raise ApiError(422, "pass API arguments by keyword, e.g. apis.music.login(username=..., password=...)")
-            return self._world.call(self._name, api_name, kwargs)
-        call.__name__ = api_name
-        return call
-
-
-class Apis:
-    """`apis` in the model's code: apis.<app>.<api>(**kwargs)."""
-
-    def __init__(self, world):
-        self._world = world
-
-    def __getattr__(self, name):
-        if name.startswith("_") or name not in APPS:
-            raise AttributeError(f"there is no app named {name!r}; see apis.api_docs.show_app_descriptions()")
-        return _App(self._world, name)
 
 
 def _page(rows, page_index, page_limit):

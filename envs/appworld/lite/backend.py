@@ -1,101 +1,52 @@
 """The lite backend: AppWorld's client surface (initialize, execute, task_completed, evaluate, close) in process.
 
-How a cell runs, and why this way. Every `execute` is one program in the code sandbox (rewards/code.py): the
-apps' source (apps.py) plus a small harness. The session's state goes in on stdin and comes back on stdout: the
-world as serialized SQLite bytes, the user's variables as pickles, and the source of the user's imports, functions
-and classes. The harness replays the definitions, unpickles the variables, runs the cell with `apis` in scope and
-sends the new state back. We chose this over a long-lived worker per episode because the sandbox is one-shot by
-design (limits, user switch, subreaper clean-up per program), a killed cell then cannot leave a half-written world
-behind, and a session is a value (bytes) the server can hold, copy and drop with nothing to leak. Unpickling
-happens only inside the sandbox: the trusted side keeps the pickles as opaque text and only reads the database.
+How a cell runs, and why this way. The world never enters the cell's process. Every `execute` starts a world host
+(host.py: a short-lived, limited process that holds the database and the apps) and the host starts the cell in a
+bubblewrap sandbox (jail.py) where `apis` is a proxy (cell.py): each API call is (app, api, kwargs) as JSON over a
+pipe, answered with JSON. The cell has no SQL, no world objects to introspect, and no view of the checkout (tasks.py
+with the checks and reference solutions is not there). When the cell ends, the host keeps or rolls back its effects
+and judges the world (schema checked against the seed, every query under a deadline); its reply is checked
+(protocol.py) before this side uses any of it, and the whole host is killed if it overruns. A session is a value
+(the world's bytes, the shell's pickles kept as opaque text, the source of its definitions) with nothing to leak;
+unpickling happens only in the sandbox.
 
-Semantics that follow: variables persist when they pickle (numbers, strings, lists, dicts, instances of the
-user's classes); imports, functions and classes persist by replaying their definitions; a cell that raises keeps
-the effects of the API calls it made before the error (as in AppWorld); a cell that times out or is killed is
-rolled back entirely. The trusted side refuses unsafe code (system modules, introspection, private attributes)
-before running anything, as AppWorld's own safety check does; the sandbox is the real boundary either way.
+Semantics: variables persist when they pickle (numbers, strings, lists, dicts, instances of the user's classes);
+imports, functions and classes persist by replaying their definitions; a cell that raises keeps the effects of the
+API calls it made before the error (as in AppWorld); a cell that times out, runs out of memory or is killed is
+rolled back entirely; a cell that writes to the proxy's pipe itself (a forged reply) forfeits the task: the episode
+ends, scored 0, and no error is raised, so a policy cannot abort training through --max_reward_error_rate. What a
+cell prints is plain text, never parsed. The trusted side also refuses obviously unsafe code (system modules,
+introspection, private attributes) before running anything, as AppWorld's own safety check does; that filter is a
+courtesy (hostile cells get past it: tests/test_appworld_hostile.py), the sandbox and the proxy are the boundary.
 """
 import ast
 import base64
 import json
+import logging
 import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from dataclasses import dataclass, field
 
-from envs.appworld.lite import apps
-from envs.appworld.lite.tasks import Task, evaluate, load_task
+from envs.appworld.lite import apps, jail, protocol
+from envs.appworld.lite.host import judge, rejected
+from envs.appworld.lite.tasks import Task, load_task
 from envs.appworld.lite.world import load, supervisor
 
+logger = logging.getLogger(__name__)
 FAILED = "Execution failed. Traceback:\n"
 SUCCESS = "Execution successful."
-MARKER = "__CREDO_APPWORLD_CELL__"
+HOST_GRACE_S = 2.0  # the host's start-up and the sandbox's, on top of the cell's and the evaluation's time
+
 BLOCKED_MODULES = {"os", "sys", "subprocess", "shutil", "socket", "ctypes", "multiprocessing", "threading", "signal",
                    "importlib", "builtins", "pickle", "marshal", "gc", "inspect", "io", "pathlib", "tempfile", "glob",
                    "resource", "asyncio", "code", "codeop", "types", "sqlite3", "urllib", "http", "requests", "pty",
                    "fcntl", "mmap", "selectors", "select", "platform", "sysconfig", "site", "runpy", "zipimport"}
 BLOCKED_NAMES = {"open", "exec", "eval", "compile", "__import__", "globals", "locals", "vars", "getattr", "setattr",
                  "delattr", "breakpoint", "input", "exit", "quit", "help", "memoryview"}
-
-_HARNESS = r'''
-import ast as _ast, base64 as _b64, contextlib as _ctx, io as _io, json as _json, os as _os, pickle as _pickle
-import sqlite3 as _sqlite3, sys as _sys, traceback as _tb, types as _types
-
-
-def _cell_error(exc, source):
-    if isinstance(exc, SyntaxError):
-        return f"  line {exc.lineno}\n    {(exc.text or '').strip()}\nSyntaxError: {exc.msg}"
-    lines, out = source.splitlines(), []
-    for frame in _tb.extract_tb(exc.__traceback__):
-        if frame.filename == "<cell>":
-            text = lines[frame.lineno - 1].strip() if 0 < frame.lineno <= len(lines) else ""
-            out.append(f'  File "<cell>", line {frame.lineno}, in {frame.name}\n    {text}')
-    return "\n".join(out + [f"{type(exc).__name__}: {exc}"])
-
-
-def _run(job):
-    conn = _sqlite3.connect(":memory:")
-    conn.deserialize(_b64.b64decode(job["db"]))
-    main = _types.ModuleType("__main__")
-    _sys.modules["__main__"] = main
-    ns = main.__dict__
-    ns["apis"] = Apis(World(conn))
-    for src in job["definitions"]:
-        try:
-            exec(compile(src, "<definitions>", "exec"), ns)
-        except BaseException:
-            pass
-    for name, blob in job["variables"].items():
-        try:
-            ns[name] = _pickle.loads(_b64.b64decode(blob))
-        except BaseException:
-            pass
-    out, error, definitions = _io.StringIO(), None, list(job["definitions"])
-    try:
-        tree = _ast.parse(job["code"], "<cell>")
-        definitions += [_ast.unparse(n) for n in tree.body if isinstance(n, (
-            _ast.Import, _ast.ImportFrom, _ast.FunctionDef, _ast.AsyncFunctionDef, _ast.ClassDef))]
-        with _ctx.redirect_stdout(out), _ctx.redirect_stderr(out):
-            exec(compile(tree, "<cell>", "exec"), ns)
-    except BaseException as exc:
-        error = _cell_error(exc, job["code"])
-    variables = {}
-    for name, value in list(ns.items()):
-        if name.startswith("__") or name == "apis":
-            continue
-        try:
-            blob = _pickle.dumps(value)
-        except BaseException:
-            continue
-        if len(blob) <= 1 << 20:
-            variables[name] = _b64.b64encode(blob).decode()
-    conn.commit()
-    return {"output": out.getvalue(), "error": error, "db": _b64.b64encode(conn.serialize()).decode(),
-            "variables": variables, "definitions": list(dict.fromkeys(definitions))}
-
-
-_result = _run(_json.loads(_sys.stdin.read()))
-_os.write(1, ("\n" + MARKER + _json.dumps(_result) + "\n").encode())
-'''
 
 
 _AST_LOCK = threading.Lock()
@@ -126,31 +77,28 @@ def unsafe_reason(code: str):
     return None
 
 
-_PROGRAM = None
-
-
-def program() -> str:
-    global _PROGRAM
-    if _PROGRAM is None:
-        with open(apps.__file__) as f:
-            _PROGRAM = f.read() + f"\nMARKER = {MARKER!r}\n" + _HARNESS
-    return _PROGRAM
-
-
 @dataclass
 class Session:
     task: Task
     db: bytes
     variables: dict = field(default_factory=dict)
     definitions: list = field(default_factory=list)
+    completed: bool = False
+    evaluation: dict = None   # of `db`, as the host judged it; None until judged
+    forfeit: str = None       # why the task was forfeited, if it was
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class LiteBackend:
-    """Sessions keyed by task id, like AppWorld's server; one episode at a time per task id per backend."""
-    memory_mb = 1024
+    """Sessions keyed by task id, like AppWorld's server; one episode at a time per task id per backend.
+
+    The defaults keep a whole env.step (cell, judging, start-up) under RewardCaller's 10 s timeout, so a step
+    ends on its own and never leaves a reward thread behind."""
+    memory_mb = 1024       # the cell's memory (its cgroup where there is one, else per process)
+    eval_timeout_s = 2.0   # judging the world after each cell
 
     def __init__(self):
+        jail.require_sandbox()
         self.sessions = {}
         self.timeout_s = float(os.environ.get("CREDO_APPWORLD_CELL_TIMEOUT", "5"))  # seconds per cell
 
@@ -161,47 +109,94 @@ class LiteBackend:
 
     def initialize(self, task_id: str, experiment_name: str = "credo") -> dict:
         task = load_task(task_id)
-        self.sessions[task_id] = Session(task, task.db)
+        # the seed is ours, never touched by a cell: judged here; every later world is judged by its host
+        completed, evaluation = judge(task, task.db, time.monotonic() + 60)
+        self.sessions[task_id] = Session(task, task.db, completed=completed, evaluation=evaluation)
         return {"task_id": task_id, "instruction": task.instruction, "supervisor": supervisor(load(task.db)),
                 "difficulty": task.difficulty,
                 "app_descriptions": [{"name": n, "description": a["description"]} for n, a in apps.APPS.items()]}
 
+    def _host(self, job: dict, timeout_s: float):
+        """The world host's checked reply to `job`, or (None, why) when it overran, crashed or answered garbage."""
+        proc = subprocess.Popen([sys.executable, "-m", "envs.appworld.lite.host"], cwd=jail.REPO_ROOT,
+                                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": jail.REPO_ROOT},
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        try:
+            out, err = proc.communicate(json.dumps(job).encode(), timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the sandboxed cell dies with it (bwrap --die-with-parent)
+            proc.communicate()
+            jail.Cgroup.remove_left_by(proc.pid)
+            return None, f"the world host ran past {timeout_s:g} seconds"
+        try:
+            return protocol.check_host_reply(out.decode("utf-8", "replace")), None
+        except protocol.ProtocolError as exc:
+            tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
+            logger.warning("AppWorld lite world host failed (%s): %s", exc, tail[0])
+            return None, f"the world host failed ({tail[0]})"
+
     def execute(self, task_id: str, code: str) -> str:
-        from rewards.code import (
-            execute,  # imported here: the HTTP server and tests need nothing else from rewards
-        )
         session = self._session(task_id)
         reason = unsafe_reason(code)
         if reason:
             return FAILED + reason
         with session.lock:
-            job = {"db": base64.b64encode(session.db).decode(), "variables": session.variables,
-                   "definitions": session.definitions, "code": code}
-            result = execute(program(), stdin=json.dumps(job), timeout_s=self.timeout_s, memory_mb=self.memory_mb,
-                             max_output_bytes=64 << 20)
-            reply = None
-            for line in reversed(result.stdout.splitlines()):
-                if line.startswith(MARKER):
-                    reply = json.loads(line[len(MARKER):])
-                    break
-            if reply is None:  # timeout, memory, killed: the cell is rolled back
-                why = {"timeout": f"TimeoutError: the cell ran longer than {self.timeout_s:g} seconds",
-                       "memory": "MemoryError: the cell ran out of memory"}.get(result.status)
-                tail = result.stderr.strip().splitlines()[-1:] or [result.status]
-                return FAILED + (why or f"the cell was stopped ({tail[0]})") + "; none of its effects were kept."
-            session.db = base64.b64decode(reply["db"])
-            session.variables, session.definitions = reply["variables"], reply["definitions"]
-        output = reply["output"]
-        if reply["error"]:
-            return output + FAILED + reply["error"]
+            if session.forfeit:
+                return FAILED + f"the task was forfeited ({session.forfeit}); nothing runs any more."
+            job = {"op": "execute", "task_id": task_id, "db": _b64(session.db), "variables": session.variables,
+                   "definitions": session.definitions, "code": code, "timeout_s": self.timeout_s,
+                   "memory_mb": self.memory_mb, "eval_timeout_s": self.eval_timeout_s}
+            reply, why = self._host(job, self.timeout_s + self.eval_timeout_s + HOST_GRACE_S)
+            if reply is None:
+                return FAILED + f"{why}; none of the cell's effects were kept."
+            if reply["db"] is not None:
+                session.db, session.variables, session.definitions = reply["db"], reply["variables"], \
+                    reply["definitions"]
+            session.completed, session.evaluation = reply["completed"], reply["evaluation"]
+            if reply["status"] == "forfeit":
+                session.forfeit = reply["error"]
+        return self._render(reply)
+
+    def _render(self, reply: dict) -> str:
+        status, output, error = reply["status"], reply["output"], reply["error"]
+        if status == "timeout":
+            return FAILED + f"TimeoutError: the cell ran longer than {self.timeout_s:g} seconds; none of its " \
+                            "effects were kept."
+        if status == "memory":
+            return FAILED + "MemoryError: the cell ran out of memory; none of its effects were kept."
+        if status == "killed":
+            return FAILED + f"the cell was stopped ({error}); none of its effects were kept."
+        if status == "forfeit":
+            return FAILED + f"the cell wrote to the sandbox's API pipe itself ({error}): the task is forfeited " \
+                            "(scored 0)."
+        if error:
+            return output + FAILED + error
         return output.rstrip("\n") if output.strip() else SUCCESS
 
     def task_completed(self, task_id: str) -> bool:
-        return bool(load(self._session(task_id).db).execute("SELECT completed FROM task_status").fetchone()[0])
+        return self._judged(task_id).completed
 
     def evaluate(self, task_id: str, suppress_errors: bool = True) -> dict:
+        return dict(self._judged(task_id).evaluation)
+
+    def _judged(self, task_id: str) -> Session:
+        """The session with its world judged (by the last cell's host, else by a host started for it now)."""
         session = self._session(task_id)
-        return evaluate(session.task, session.db)
+        with session.lock:
+            if session.evaluation is None:
+                job = {"op": "evaluate", "task_id": task_id, "db": _b64(session.db),
+                       "eval_timeout_s": self.eval_timeout_s}
+                reply, why = self._host(job, self.eval_timeout_s + HOST_GRACE_S)
+                if reply is None:  # a world that cannot be judged earns nothing (and is no reward error)
+                    logger.warning("AppWorld lite could not judge %s: %s; scored 0", task_id, why)
+                    reply = {"completed": True, "evaluation": rejected(session.task, f"not judged: {why}")}
+                session.completed, session.evaluation = reply["completed"], reply["evaluation"]
+        return session
 
     def close(self, task_id: str) -> None:
         self.sessions.pop(task_id, None)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()

@@ -91,11 +91,14 @@ def load_task(task_id: str) -> Task:
     return Task(task_id, name, difficulty, split, instruction, tuple(checks), (PRELUDE, cell), conn.serialize())
 
 
-def evaluate(task: Task, db: bytes) -> dict:
-    """AppWorld's test-tracker shape: success, pass_count, num_tests, passes, failures, difficulty."""
-    after = load(db)
+def evaluate(task: Task, db: bytes, connect=load) -> dict:
+    """AppWorld's test-tracker shape: success, pass_count, num_tests, passes, failures, difficulty.
+
+    Trusted code on a database that may not be: run it in the world host (host.py), which passes a `connect`
+    that aborts slow queries and checks the schema first."""
+    after = connect(db)
     done, answer = after.execute("SELECT completed, answer FROM task_status").fetchone()
-    ctx = Ctx(load(task.db), after, json.loads(answer) if done and answer else None, supervisor(after)["email"])
+    ctx = Ctx(connect(task.db), after, json.loads(answer) if done and answer else None, supervisor(after)["email"])
     passes, failures = [], []
     for name, check in task.checks:
         try:
