@@ -59,8 +59,7 @@ def guarded_step(env, code: str):
 
 
 def reward_threads_end(caller, within_s: float = 5.0) -> bool:
-    """Every thread the step started (the caller's workers) ends once its pool is shut down."""
-    caller._pool.shutdown(wait=False)
+    """Every thread the step started (RewardCaller runs each call on a thread of its own) has ended."""
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         if not set(threading.enumerate()) - caller.threads_before:
