@@ -142,7 +142,10 @@ def resolved_config(argv, where: str) -> dict:
         args = parse_args(argv)
     except SystemExit as exc:
         raise CompareError(f"{where}: train.py refuses these flags ({' '.join(argv)}): see the message above") from exc
-    return {k: v for k, v in sorted(vars(args).items()) if k not in UNHASHED}
+    out = args.output_dir.rstrip(os.sep) + os.sep
+    # paths derived from the run's own folder (e.g. the default --tensorboard_path) must not split the cache
+    return {k: ("<output_dir>" + os.sep + v[len(out):] if isinstance(v, str) and v.startswith(out) else v)
+            for k, v in sorted(vars(args).items()) if k not in UNHASHED}
 
 
 def run_key(config: dict, eval_argv, num_gpus: int) -> str:

@@ -146,7 +146,7 @@ def report(result: dict) -> str:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seeds", type=int, default=16, help="paired seeds 0..N-1 (default 16)")
+    p.add_argument("--seeds", type=int, default=12, help="paired seeds 0..N-1 (default 12)")
     p.add_argument("--results", default=os.path.join(REPO, "benchmarks", "results", "mechanisms_maestro_bandit"),
                    help="output prefix for .json and .md (default benchmarks/results/mechanisms_maestro_bandit)")
     a = p.parse_args()
