@@ -85,8 +85,9 @@ def test_tcpo_keeps_a_solved_answer_more_often_than_best_turn_grpo(tcpo_result):
 def test_tcpo_learns_to_keep_and_to_succeed_slower_than_mt_grpo_and_final_turn_grpo(tcpo_result):
     """A finding against TCPO's paper, at this budget (150 steps): keep -0.04 vs final-turn GRPO and -0.15 vs
     MT-GRPO, final-turn success -0.06 / -0.07, on 8 of 8 committed seeds (24 of 24 in a development run), per-seed
-    sd <= 0.01: P(wrong sign on 4 seeds) < 1e-6. TCPO's z-score within each (prompt, turn) mixes solved and unsolved trajectories, so a kept answer's
-    +beta_pres = 0.1 sits below a fresh solve's +1, and its hindsight credit does not make the probe turn win."""
+    sd <= 0.01: P(wrong sign on 4 seeds) < 1e-6. TCPO's z-score within each (prompt, turn) mixes solved and
+    unsolved trajectories, so a kept answer's +beta_pres = 0.1 sits below a fresh solve's +1, and its hindsight
+    credit does not make the probe turn win."""
     for metric in ("keep", "final_success"):
         for other in ("grpo-final", "mt_grpo"):
             c = tcpo_result["comparisons"][metric][f"tcpo vs {other}"]
