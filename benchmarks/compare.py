@@ -247,8 +247,13 @@ def sweep(a) -> dict:
             config = resolved_config([*argv, "--output_dir", os.path.join(a.cache_dir, "unused")], f"--method {label}")
             eval_argv = None if a.no_eval else eval_argv_for(eval_args, config)
             planned.append((label, seed, run_key(config, eval_argv, a.num_gpus), argv, eval_argv, config))
-    preregister(os.path.join(a.cache_dir, f"{a.name}.sweep.json"), metric, baseline)
     order = sorted(planned, key=lambda p: (seeds.index(p[1]), list(methods).index(p[0])))  # seed-major: pairs first
+    if a.plan:
+        for label, seed, key, *_ in order:
+            done = os.path.exists(os.path.join(a.cache_dir, key[:20], "run.json"))
+            print(f"compare: {label} seed {seed}: {'cached' if done else 'to run'} ({key[:20]})")
+        return None
+    preregister(os.path.join(a.cache_dir, f"{a.name}.sweep.json"), metric, baseline)
     ran = []
     for label, seed, key, argv, eval_argv, config in order:
         run_dir = os.path.join(a.cache_dir, key[:20])
@@ -334,6 +339,7 @@ def main(argv=None):
     p.add_argument("--cache_dir", default=os.path.join(REPO, "output", "compare"),
                    help="one folder per run, named by its config hash (default output/compare)")
     p.add_argument("--results", default=None, help="output prefix (default benchmarks/results/NAME)")
+    p.add_argument("--plan", action="store_true", help="validate every run's flags, list cached / to-run, run nothing")
     a = p.parse_args(argv)
     a.cache_dir = os.path.abspath(a.cache_dir)
     prefix = a.results or os.path.join(REPO, "benchmarks", "results", a.name)
@@ -341,6 +347,8 @@ def main(argv=None):
         result = sweep(a)
     except CompareError as exc:
         sys.exit(f"compare.py: error: {exc}")
+    if result is None:  # --plan
+        return None
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     result["png"] = plot(result, prefix + ".png")
     from benchmarks.results_io import write_results
