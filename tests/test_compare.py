@@ -133,9 +133,11 @@ def test_a_killed_sweep_resumes_where_it_stopped_and_a_finished_one_comes_from_i
 
 def test_plan_validates_every_run_and_runs_nothing(tiny_model_dir, tmp_path, capsys):
     cache = tmp_path / "cache"
-    assert compare.main(["--name", "p", "--seeds", "1,2", "--method", "a=--algo grpo", "--method", "b=--algo gdpo",
-                         "--train_args", f"--model_name_or_path {tiny_model_dir} --dtype fp32", "--metric",
-                         "eval:pass@1", "--cache_dir", str(cache), "--plan"]) is None
+    argv = ["--name", "p", "--seeds", "1,2", "--method", "a=--algo grpo", "--train_args",
+            f"--model_name_or_path {tiny_model_dir} --dtype fp32", "--metric", "eval:pass@1", "--cache_dir", str(cache)]
+    with pytest.raises(SystemExit, match="--method b: train.py refuses"):  # gdpo with one reward: refused up front
+        compare.main([*argv, "--method", "b=--algo gdpo", "--plan"])
+    assert compare.main([*argv, "--method", "b=--algo grpo --scale_rewards none", "--plan"]) is None
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("compare:")]
     assert [line.split(":")[1].strip() for line in lines] == ["a seed 1", "b seed 1", "a seed 2", "b seed 2"]
     assert all("to run" in line for line in lines)
