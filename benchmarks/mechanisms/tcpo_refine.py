@@ -18,7 +18,9 @@ functions and takes one REINFORCE step on sum_{i,k} A[i, k] grad log pi(a_ik | s
 - `grpo-best`:  rl.advantages.grpo on the best turn's score (issue 18's "trajectory GRPO (best-turn score)");
 - `mt_grpo`:    rl.advantages.mt_grpo (outcome = final turn, lambda 1);
 - `tcpo`:       rl.advantages.tcpo with its defaults (tau 1, beta_pres 0.1, beta_reg 1, lambda_hind 1, gamma 0.9),
-                without the fixed-history counterfactual (it needs the trainer's re-sampling; hindsight alone).
+                hindsight alone (no fixed-history counterfactual);
+- `tcpo+cf`:    the same plus credo's counterfactual step as train.py runs it by default (5 most surprising
+                non-improving turns per batch, 4 alternatives each, cf_mix 0.5; see fixed_history_counterfactuals).
 
 Deciding metrics, fixed before the first run: after STEPS steps, (1) the learned probability of keeping a solved
 answer pi(keep | S) and (2) the exact final-turn success probability of the learned policy (computed from the
@@ -41,6 +43,7 @@ from benchmarks.mechanisms.paired import (PAIRED_HEADER, failure_probability, fo
                                           paired)  # noqa: E402
 from benchmarks.mechanisms.report import environment, write  # noqa: E402
 from rl.advantages import grpo, mt_grpo, tcpo  # noqa: E402
+from rl.counterfactual import non_improving  # noqa: E402
 
 U, UP, S = 0, 1, 2
 STATE_NAMES = ("U", "UP", "S")
@@ -59,7 +62,27 @@ METHODS = {
     "grpo-best": lambda r, g: _broadcast(grpo(r.max(1).values, g), r.shape[1]),
     "mt_grpo": lambda r, g: mt_grpo(r, g),
     "tcpo": lambda r, g: tcpo(r, g),
+    "tcpo+cf": None,  # needs the trajectories' states: see fixed_history_counterfactuals
 }
+CF = {"budget": 5, "samples": 4}  # train.py's defaults: --tcpo_cf_budget 5 (topl), --tcpo_cf_samples 4, cf_mix 0.5
+
+
+def fixed_history_counterfactuals(s, a, r, pi, setup, gen) -> torch.Tensor:
+    """credo's counterfactual step (rl/counterfactual.py) on the tabular task: among the turns
+    rl.counterfactual.non_improving selects, the CF["budget"] most surprising (-log pi(a | s), the one-token
+    analogue of the turn's mean NLL) get CF["samples"] alternatives drawn from pi(. | s) in the same state;
+    cf = r - mean(alternative scores), NaN where the alternatives all scored the same or the turn was not chosen.
+    """
+    cf = torch.full_like(r, float("nan"))
+    surprisal = -torch.log(pi[s, a])
+    pairs = sorted(non_improving(r).nonzero().tolist(), key=lambda ik: -float(surprisal[ik[0], ik[1]]))
+    for i, k in pairs[:CF["budget"]]:
+        state = s[i, k].repeat(CF["samples"])
+        alt = (torch.rand(CF["samples"], generator=gen, dtype=torch.float64) < pi[state, 1]).long()
+        _, scores = transition(state, alt, torch.rand(CF["samples"], generator=gen, dtype=torch.float64), setup)
+        if scores.max() > scores.min():
+            cf[i, k] = r[i, k] - scores.mean()
+    return cf
 
 
 def transition(state: torch.Tensor, action: torch.Tensor, u: torch.Tensor, setup: dict):
@@ -130,7 +153,11 @@ def train(method: str, seed: int, setup: dict = SETUP) -> dict:
             scores.append(score)
         s, a, r = torch.stack(states, 1), torch.stack(actions, 1), torch.stack(scores, 1)   # [N, T]
         regressions += float(((s == S) & (a == 1)).sum())
-        adv = METHODS[method](r, group_ids).to(torch.float64)
+        if method == "tcpo+cf":
+            adv = tcpo(r, group_ids, counterfactual=fixed_history_counterfactuals(s, a, r, pi, setup, gen))
+        else:
+            adv = METHODS[method](r, group_ids)
+        adv = adv.to(torch.float64)
         # grad of sum_{i,k} A log pi(a | s) w.r.t. logits[s] is A * (onehot(a) - pi[s])
         score_fn = torch.nn.functional.one_hot(a, 2).to(torch.float64) - pi[s]
         grad = torch.zeros_like(logits).index_put_((s.reshape(-1),), (adv[..., None] * score_fn).reshape(-1, 2),
