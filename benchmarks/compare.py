@@ -15,7 +15,9 @@
   succeed); an interrupted run restarts from scratch (credo's reading: a resumed run is not bit-identical to an
   uninterrupted one, and a comparison must not depend on where a sweep was interrupted).
 - Writes RESULTS.json (per-seed values, `seeds`, the config, paired differences with a bootstrap CI and a sign
-  test), RESULTS.md and RESULTS.png (needs matplotlib, from requirements-bench.txt).
+  test), RESULTS.md and RESULTS.png (needs matplotlib, from requirements-bench.txt). `--also SPEC` adds secondary
+  metrics (e.g. final correctness), reported the same way and labelled as not deciding.
+- `--plan` validates every run's flags and lists which runs are cached and which would run, running nothing.
 
 Metrics (--metric):
   eval:KEY                          eval.py's results.json metrics[KEY] (e.g. eval:pass@1); higher is better
@@ -226,11 +228,13 @@ def eval_argv_for(eval_args, config: dict):
 
 def sweep(a) -> dict:
     metric = parse_metric(a.metric)
+    secondary = [parse_metric(spec) for spec in a.also]
     methods = dict(parse_method(m) for m in a.method)
     if len(methods) < 2:
         raise CompareError("--method: give at least two methods (LABEL=FLAGS); the first is the baseline")
-    if metric.kind == "eval" and a.no_eval:
-        raise CompareError(f"--metric {metric.spec} needs eval.py; drop --no_eval")
+    for m in (metric, *secondary):
+        if m.kind == "eval" and a.no_eval:
+            raise CompareError(f"--metric / --also {m.spec} needs eval.py; drop --no_eval")
     seeds = [int(s) for s in a.seeds.split(",")]
     if len(set(seeds)) != len(seeds):
         raise CompareError(f"--seeds {a.seeds}: a seed is repeated")
@@ -270,18 +274,24 @@ def sweep(a) -> dict:
         with open(os.path.join(run_dir, "run.json")) as f:
             record = json.load(f)
         value, censored = metric_value(metric, run_dir, config["max_steps"])
-        runs[label].append({"seed": seed, "value": value, "censored": censored, "key": key, "run_dir": run_dir,
+        also = {m.spec: metric_value(m, run_dir, config["max_steps"])[0] for m in secondary}
+        runs[label].append({"seed": seed, "value": value, "censored": censored, "also": also, "key": key,
+                            "run_dir": run_dir,
                             "ran_this_invocation": key in ran, "commit": record["commit"],
                             "train_seconds": record.get("train_seconds"), "eval_seconds": record.get("eval_seconds")})
     comparisons = {f"{label} vs {baseline}": paired([r["value"] for r in runs[label]], [r["value"] for r in runs[baseline]])
                    for label in methods if label != baseline}
+    secondary_comparisons = {m.spec: {f"{label} vs {baseline}": paired([r["also"][m.spec] for r in runs[label]],
+                                                                        [r["also"][m.spec] for r in runs[baseline]])
+                                      for label in methods if label != baseline} for m in secondary}
     return {"name": a.name, "deciding_metric": {"spec": metric.spec, "description": metric.describe(),
                                                 "higher_is_better": metric.higher_is_better},
             "baseline": baseline, "seeds": seeds, "methods": {k: shlex.join(v) for k, v in methods.items()},
             "config": {"train_args": a.train_args, "eval_args": None if a.no_eval else a.eval_args,
                        "num_gpus": a.num_gpus, "cache_dir": a.cache_dir,
                        "resolved": {label: next(p[5] for p in planned if p[0] == label) for label in methods}},
-            "runs": runs, "comparisons": comparisons, "ran_this_invocation": len(ran), "commit": git_commit()}
+            "runs": runs, "comparisons": comparisons, "secondary_comparisons": secondary_comparisons,
+            "ran_this_invocation": len(ran), "commit": git_commit()}
 
 
 def report(result: dict) -> str:
@@ -298,6 +308,9 @@ def report(result: dict) -> str:
     lines += ["\nPaired differences (a - b; " + ("higher" if metric["higher_is_better"] else "lower") +
               " is better):\n", PAIRED_HEADER]
     lines += [format_paired_row(label, c, digits=4) for label, c in result["comparisons"].items()]
+    for spec, comps in result.get("secondary_comparisons", {}).items():
+        lines += [f"\nSecondary, not deciding: `{spec}` (a - b):\n", PAIRED_HEADER]
+        lines += [format_paired_row(label, c, digits=4) for label, c in comps.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -332,6 +345,8 @@ def main(argv=None):
     p.add_argument("--method", action="append", default=[], help="LABEL=FLAGS (repeat; the first is the baseline)")
     p.add_argument("--seeds", default="1,2,3", help="comma list of seeds, the same for every method (default 1,2,3)")
     p.add_argument("--metric", required=True, help="the deciding metric (see above); fixed at the first invocation")
+    p.add_argument("--also", action="append", default=[],
+                   help="a secondary metric (same forms), reported per seed and paired but not deciding (repeat)")
     p.add_argument("--train_args", default="", help="train.py flags common to every run (default none)")
     p.add_argument("--eval_args", default="", help="eval.py flags (default none: the run's env and dtype)")
     p.add_argument("--no_eval", action="store_true", help="skip eval.py (only train metrics; default off)")

@@ -78,7 +78,7 @@ def test_a_killed_sweep_resumes_where_it_stopped_and_a_finished_one_comes_from_i
             "--method", "grpo=--algo grpo", "--method", "dr_grpo=--algo grpo --scale_rewards none",
             "--train_args", shlex.join(["--model_name_or_path", tiny_model_dir, "--max_steps", "1", "--dtype", "fp32",
                                         *TINY_RUN]),
-            "--eval_args", "--limit 2 --max_new_tokens 6", "--metric", "eval:pass@1",
+            "--eval_args", "--limit 2 --max_new_tokens 6", "--metric", "eval:pass@1", "--also", "last:reward/mean",
             "--cache_dir", str(cache), "--results", str(prefix)]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=REPO_ROOT, TOKENIZERS_PARALLELISM="false")
 
@@ -118,6 +118,9 @@ def test_a_killed_sweep_resumes_where_it_stopped_and_a_finished_one_comes_from_i
         for r in runs:
             with open(os.path.join(r["run_dir"], "eval", "results.json")) as f:
                 assert r["value"] == json.load(f)["metrics"]["pass@1"]
+            with open(os.path.join(r["run_dir"], "train", "metrics.jsonl")) as f:
+                assert r["also"]["last:reward/mean"] == json.loads(f.readlines()[-1])["reward/mean"]
+    assert result["secondary_comparisons"]["last:reward/mean"]["dr_grpo vs grpo"]["n"] == 2
 
     # 3. Once more: nothing runs, every run's files are untouched, the same numbers come out.
     stamps = {d: _stamp(cache / d / "train" / "metrics.jsonl") for d in _completed(cache)}
