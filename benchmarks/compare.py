@@ -1,0 +1,375 @@
+"""Paired multi-seed comparison of methods: M methods x S seeds of train.py (then eval.py), cached and resumable.
+
+    python benchmarks/compare.py --name dara_vs_gdpo --seeds 1,2,3,4,5 \
+        --method gdpo="--algo gdpo" --method dara-asym="--algo dara --dara_variant asym" \
+        --train_args "--reward_funcs correctness,benchmarks.rewards:answer_line --max_steps 40" \
+        --metric first_step:reward/answer_line/mean:0.8:3 --eval_args "--limit 200"
+
+- The first --method is the baseline; every other method is compared with it seed by seed (the same seeds run
+  under every method, seed-major order, so an interrupted sweep leaves complete pairs first).
+- The deciding metric is named before anything runs and pre-registered in CACHE_DIR/NAME.sweep.json; a later
+  invocation of the same sweep that names another metric is refused (use another --name).
+- Each run is cached under the SHA-256 of its full config: train.py's resolved flags (parsed by rl.config, so
+  equivalent spellings share a cache entry and a bad flag is refused before any run), the eval.py flags and the
+  rank count. A run is complete once CACHE_DIR/<hash>/run.json exists (written atomically after train and eval
+  succeed); an interrupted run restarts from scratch (credo's reading: a resumed run is not bit-identical to an
+  uninterrupted one, and a comparison must not depend on where a sweep was interrupted).
+- Writes RESULTS.json (per-seed values, `seeds`, the config, paired differences with a bootstrap CI and a sign
+  test), RESULTS.md and RESULTS.png (needs matplotlib, from requirements-bench.txt). `--also SPEC` adds secondary
+  metrics (e.g. final correctness), reported the same way and labelled as not deciding.
+- `--plan` validates every run's flags and lists which runs are cached and which would run, running nothing.
+
+Metrics (--metric):
+  eval:KEY                          eval.py's results.json metrics[KEY] (e.g. eval:pass@1); higher is better
+  last:KEY / mean_last:KEY:N        the last / the mean of the last N metrics.jsonl rows of KEY; higher is better
+  first_step:KEY:THRESHOLD:WINDOW   the first step whose trailing WINDOW-step mean of KEY is >= THRESHOLD and stays
+                                    so to the end; never: max_steps + 1 (censored); lower is better
+"""
+import argparse
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from benchmarks.mechanisms.paired import PAIRED_HEADER, format_paired_row, paired  # noqa: E402
+
+OWNED_FLAGS = ("--output_dir", "--seed", "--resume", "--local_rank")  # set by compare.py for every run
+UNHASHED = ("output_dir", "local_rank")                               # differ between identical runs
+
+
+class CompareError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Metric:
+    spec: str
+    kind: str
+    key: str
+    threshold: float = None
+    window: int = 1
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.kind != "first_step"
+
+    def describe(self) -> str:
+        if self.kind == "eval":
+            return f"eval.py metrics[{self.key!r}] of the exported model (higher is better)"
+        if self.kind == "mean_last":
+            return f"mean of {self.key!r} over the last {self.window} logged steps (higher is better)"
+        if self.kind == "last":
+            return f"{self.key!r} at the last logged step (higher is better)"
+        return (f"first step at which the trailing {self.window}-step mean of {self.key!r} reaches {self.threshold} "
+                f"and stays there to the end; max_steps + 1 if never (lower is better)")
+
+
+def parse_metric(spec: str) -> Metric:
+    parts = spec.split(":")
+    kind, n = parts[0], len(parts)
+    try:
+        if kind in ("eval", "last") and n == 2:
+            return Metric(spec, kind, parts[1])
+        if kind == "mean_last" and n == 3:
+            return Metric(spec, kind, parts[1], window=int(parts[2]))
+        if kind == "first_step" and n == 4:
+            return Metric(spec, kind, parts[1], threshold=float(parts[2]), window=int(parts[3]))
+    except ValueError:
+        pass
+    raise CompareError(f"--metric {spec!r}: expected eval:KEY, last:KEY, mean_last:KEY:N or "
+                       f"first_step:KEY:THRESHOLD:WINDOW")
+
+
+def first_sustained_step(steps, values, threshold: float, window: int):
+    """(step, censored): the first step from which the trailing-window mean stays >= threshold to the end."""
+    means = [sum(values[max(0, i - window + 1):i + 1]) / len(values[max(0, i - window + 1):i + 1])
+             for i in range(len(values))]
+    answer = None
+    for step, m in zip(steps, means):
+        if m >= threshold:
+            answer = step if answer is None else answer
+        else:
+            answer = None
+    return answer
+
+
+def metric_value(metric: Metric, run_dir: str, max_steps: int):
+    """(value, censored) of one finished run."""
+    if metric.kind == "eval":
+        with open(os.path.join(run_dir, "eval", "results.json")) as f:
+            metrics = json.load(f)["metrics"]
+        if metric.key not in metrics:
+            raise CompareError(f"--metric {metric.spec}: {metric.key!r} is not in {run_dir}/eval/results.json "
+                               f"(it has {', '.join(sorted(metrics))})")
+        return float(metrics[metric.key]), False
+    from rl.metrics import read_metrics
+    rows = read_metrics(os.path.join(run_dir, "train", "metrics.jsonl"))
+    if not rows or metric.key not in rows[-1]:
+        raise CompareError(f"--metric {metric.spec}: {metric.key!r} is not logged in {run_dir}/train/metrics.jsonl")
+    values = [float(r[metric.key]) for r in rows]
+    if metric.kind == "last":
+        return values[-1], False
+    if metric.kind == "mean_last":
+        tail = values[-metric.window:]
+        return sum(tail) / len(tail), False
+    step = first_sustained_step([r["step"] for r in rows], values, metric.threshold, metric.window)
+    return (float(max_steps + 1), True) if step is None else (float(step), False)
+
+
+def parse_method(spec: str):
+    label, sep, flags = spec.partition("=")
+    if not sep or not label:
+        raise CompareError(f"--method {spec!r}: expected LABEL=FLAGS, e.g. gdpo=\"--algo gdpo\"")
+    return label, shlex.split(flags)
+
+
+def refuse_owned_flags(argv, where: str):
+    for arg in argv:
+        if arg.split("=", 1)[0] in OWNED_FLAGS:
+            raise CompareError(f"{where}: {arg.split('=', 1)[0]} is set by compare.py for each run; leave it out")
+
+
+def resolved_config(argv, where: str) -> dict:
+    """train.py's flags as rl.config parses them (defaults filled in, validated); a bad flag names `where`."""
+    from rl.config import parse_args
+    try:
+        args = parse_args(argv)
+    except SystemExit as exc:
+        raise CompareError(f"{where}: train.py refuses these flags ({' '.join(argv)}): see the message above") from exc
+    out = args.output_dir.rstrip(os.sep) + os.sep
+    # paths derived from the run's own folder (e.g. the default --tensorboard_path) must not split the cache
+    return {k: ("<output_dir>" + os.sep + v[len(out):] if isinstance(v, str) and v.startswith(out) else v)
+            for k, v in sorted(vars(args).items()) if k not in UNHASHED}
+
+
+def run_key(config: dict, eval_argv, num_gpus: int) -> str:
+    blob = json.dumps({"train": config, "eval": eval_argv, "num_gpus": num_gpus}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def git_commit() -> str:
+    proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True,
+                           text=True).stdout.strip()
+    return proc.stdout.strip() + ("+dirty" if dirty else "") if proc.returncode == 0 else "unknown"
+
+
+def _call(cmd, log_path: str, what: str):
+    with open(log_path, "w") as log:
+        code = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT).returncode
+    if code != 0:
+        with open(log_path) as f:
+            tail = f.read()[-3000:]
+        raise CompareError(f"{what} failed (exit {code}); log: {log_path}\n{tail}")
+
+
+def execute_run(run_dir: str, train_argv, eval_argv, num_gpus: int, record: dict):
+    """train.py under the real deepspeed launcher, then eval.py; run.json last, atomically."""
+    if os.path.exists(run_dir):  # a run interrupted earlier: start it over
+        shutil.rmtree(run_dir)
+    os.makedirs(run_dir)
+    launcher = os.path.join(os.path.dirname(sys.executable), "deepspeed")
+    t0 = time.time()
+    _call([launcher, "--num_gpus", str(num_gpus), "--master_port", str(free_port()), "train.py", *train_argv,
+           "--output_dir", os.path.join(run_dir, "train")], os.path.join(run_dir, "train.log"), f"train.py ({run_dir})")
+    record["train_seconds"] = time.time() - t0
+    if eval_argv is not None:
+        t0 = time.time()
+        _call([sys.executable, "eval.py", "--model_name_or_path", os.path.join(run_dir, "train", "final"),
+               "--output_dir", os.path.join(run_dir, "eval"), *eval_argv], os.path.join(run_dir, "eval.log"),
+              f"eval.py ({run_dir})")
+        record["eval_seconds"] = time.time() - t0
+    tmp = os.path.join(run_dir, "run.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(record, f, indent=1, default=str)
+    os.replace(tmp, os.path.join(run_dir, "run.json"))
+
+
+def preregister(path: str, metric: Metric, baseline: str):
+    """The deciding metric is fixed at a sweep's first invocation; a later one may not switch it."""
+    entry = {"deciding_metric": metric.spec, "baseline": baseline}
+    if os.path.exists(path):
+        with open(path) as f:
+            previous = json.load(f)
+        if {k: previous.get(k) for k in entry} != entry:
+            raise CompareError(f"{path} pre-registered --metric {previous.get('deciding_metric')} with baseline "
+                               f"{previous.get('baseline')}; this invocation asks for {metric.spec} / {baseline}. "
+                               f"A new deciding metric is a new sweep: use another --name")
+        return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({**entry, "registered_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, f, indent=1)
+
+
+def eval_argv_for(eval_args, config: dict):
+    """eval.py inherits the run's env and dtype unless --eval_args names them."""
+    argv = list(eval_args)
+    named = {a.split("=", 1)[0] for a in argv}
+    if "--env" not in named:
+        argv += ["--env", str(config["env"])]
+    if "--dtype" not in named and config.get("dtype") in ("fp32", "bf16"):
+        argv += ["--dtype", config["dtype"]]
+    return argv
+
+
+def sweep(a) -> dict:
+    metric = parse_metric(a.metric)
+    secondary = [parse_metric(spec) for spec in a.also]
+    methods = dict(parse_method(m) for m in a.method)
+    if len(methods) < 2:
+        raise CompareError("--method: give at least two methods (LABEL=FLAGS); the first is the baseline")
+    for m in (metric, *secondary):
+        if m.kind == "eval" and a.no_eval:
+            raise CompareError(f"--metric / --also {m.spec} needs eval.py; drop --no_eval")
+    seeds = [int(s) for s in a.seeds.split(",")]
+    if len(set(seeds)) != len(seeds):
+        raise CompareError(f"--seeds {a.seeds}: a seed is repeated")
+    common = shlex.split(a.train_args)
+    refuse_owned_flags(common, "--train_args")
+    eval_args = shlex.split(a.eval_args)
+    refuse_owned_flags(eval_args, "--eval_args")
+    baseline = next(iter(methods))
+    planned = []  # (label, seed, key, train_argv, eval_argv, config), validated before anything runs
+    for label, flags in methods.items():
+        refuse_owned_flags(flags, f"--method {label}")
+        for seed in seeds:
+            argv = [*common, *flags, "--seed", str(seed), "--resume", "none"]
+            config = resolved_config([*argv, "--output_dir", os.path.join(a.cache_dir, "unused")], f"--method {label}")
+            eval_argv = None if a.no_eval else eval_argv_for(eval_args, config)
+            planned.append((label, seed, run_key(config, eval_argv, a.num_gpus), argv, eval_argv, config))
+    order = sorted(planned, key=lambda p: (seeds.index(p[1]), list(methods).index(p[0])))  # seed-major: pairs first
+    if a.plan:
+        for label, seed, key, *_ in order:
+            done = os.path.exists(os.path.join(a.cache_dir, key[:20], "run.json"))
+            print(f"compare: {label} seed {seed}: {'cached' if done else 'to run'} ({key[:20]})")
+        return None
+    preregister(os.path.join(a.cache_dir, f"{a.name}.sweep.json"), metric, baseline)
+    ran = []
+    for label, seed, key, argv, eval_argv, config in order:
+        run_dir = os.path.join(a.cache_dir, key[:20])
+        if os.path.exists(os.path.join(run_dir, "run.json")):
+            print(f"compare: {label} seed {seed}: cached ({run_dir})", flush=True)
+            continue
+        print(f"compare: {label} seed {seed}: running ({run_dir})", flush=True)
+        execute_run(run_dir, argv, eval_argv, a.num_gpus, {"key": key, "method": label, "seed": seed, "train_argv":
+                    argv, "eval_argv": eval_argv, "config": config, "commit": git_commit()})
+        ran.append(key)
+    runs = {label: [] for label in methods}
+    for label, seed, key, argv, eval_argv, config in planned:
+        run_dir = os.path.join(a.cache_dir, key[:20])
+        with open(os.path.join(run_dir, "run.json")) as f:
+            record = json.load(f)
+        value, censored = metric_value(metric, run_dir, config["max_steps"])
+        also = {m.spec: metric_value(m, run_dir, config["max_steps"])[0] for m in secondary}
+        runs[label].append({"seed": seed, "value": value, "censored": censored, "also": also, "key": key,
+                            "run_dir": run_dir,
+                            "ran_this_invocation": key in ran, "commit": record["commit"],
+                            "train_seconds": record.get("train_seconds"), "eval_seconds": record.get("eval_seconds")})
+    comparisons = {f"{label} vs {baseline}": paired([r["value"] for r in runs[label]], [r["value"] for r in runs[baseline]])
+                   for label in methods if label != baseline}
+    secondary_comparisons = {m.spec: {f"{label} vs {baseline}": paired([r["also"][m.spec] for r in runs[label]],
+                                                                        [r["also"][m.spec] for r in runs[baseline]])
+                                      for label in methods if label != baseline} for m in secondary}
+    return {"name": a.name, "deciding_metric": {"spec": metric.spec, "description": metric.describe(),
+                                                "higher_is_better": metric.higher_is_better},
+            "baseline": baseline, "seeds": seeds, "methods": {k: shlex.join(v) for k, v in methods.items()},
+            "config": {"train_args": a.train_args, "eval_args": None if a.no_eval else a.eval_args,
+                       "num_gpus": a.num_gpus, "cache_dir": a.cache_dir,
+                       "resolved": {label: next(p[5] for p in planned if p[0] == label) for label in methods}},
+            "runs": runs, "comparisons": comparisons, "secondary_comparisons": secondary_comparisons,
+            "ran_this_invocation": len(ran), "commit": git_commit()}
+
+
+def report(result: dict) -> str:
+    metric = result["deciding_metric"]
+    lines = [f"# {result['name']}: paired comparison over {len(result['seeds'])} seeds\n",
+             f"Deciding metric (pre-registered): `{metric['spec']}`: {metric['description']}.\n",
+             f"Baseline: {result['baseline']}. Methods: " + "; ".join(f"{k}: `{v}`" for k, v in result["methods"].items()),
+             f"\nCommon train.py flags: `{result['config']['train_args']}`; eval.py flags: "
+             f"`{result['config']['eval_args']}`; {result['config']['num_gpus']} rank(s); commit {result['commit']}.\n",
+             "| seed | " + " | ".join(result["runs"]) + " |", "|---|" + "---|" * len(result["runs"])]
+    for i, seed in enumerate(result["seeds"]):
+        cells = [f"{r[i]['value']:.4g}{' (censored)' if r[i]['censored'] else ''}" for r in result["runs"].values()]
+        lines.append(f"| {seed} | " + " | ".join(cells) + " |")
+    lines += ["\nPaired differences (a - b; " + ("higher" if metric["higher_is_better"] else "lower") +
+              " is better):\n", PAIRED_HEADER]
+    lines += [format_paired_row(label, c, digits=4) for label, c in result["comparisons"].items()]
+    for spec, comps in result.get("secondary_comparisons", {}).items():
+        lines += [f"\nSecondary, not deciding: `{spec}` (a - b):\n", PAIRED_HEADER]
+        lines += [format_paired_row(label, c, digits=4) for label, c in comps.items()]
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict, path: str) -> bool:
+    """Per-seed values, a line per seed across methods; False when matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("compare: matplotlib is not installed (pip install -r requirements-bench.txt): no PNG", flush=True)
+        return False
+    labels = list(result["runs"])
+    fig, ax = plt.subplots(figsize=(1.8 * len(labels) + 2, 4))
+    for i, seed in enumerate(result["seeds"]):
+        ax.plot(range(len(labels)), [result["runs"][m][i]["value"] for m in labels], "o-", alpha=0.6, label=f"seed {seed}")
+    means = [sum(r["value"] for r in result["runs"][m]) / len(result["seeds"]) for m in labels]
+    ax.plot(range(len(labels)), means, "k_", markersize=30, mew=3, label="mean")
+    ax.set_xticks(range(len(labels)), labels)
+    ax.set_ylabel(result["deciding_metric"]["spec"])
+    ax.set_title(result["name"])
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--name", required=True, help="sweep name: results go to benchmarks/results/NAME.*")
+    p.add_argument("--method", action="append", default=[], help="LABEL=FLAGS (repeat; the first is the baseline)")
+    p.add_argument("--seeds", default="1,2,3", help="comma list of seeds, the same for every method (default 1,2,3)")
+    p.add_argument("--metric", required=True, help="the deciding metric (see above); fixed at the first invocation")
+    p.add_argument("--also", action="append", default=[],
+                   help="a secondary metric (same forms), reported per seed and paired but not deciding (repeat)")
+    p.add_argument("--train_args", default="", help="train.py flags common to every run (default none)")
+    p.add_argument("--eval_args", default="", help="eval.py flags (default none: the run's env and dtype)")
+    p.add_argument("--no_eval", action="store_true", help="skip eval.py (only train metrics; default off)")
+    p.add_argument("--num_gpus", type=int, default=1, help="ranks per run, the deepspeed launcher's --num_gpus (default 1)")
+    p.add_argument("--cache_dir", default=os.path.join(REPO, "output", "compare"),
+                   help="one folder per run, named by its config hash (default output/compare)")
+    p.add_argument("--results", default=None, help="output prefix (default benchmarks/results/NAME)")
+    p.add_argument("--plan", action="store_true", help="validate every run's flags, list cached / to-run, run nothing")
+    a = p.parse_args(argv)
+    a.cache_dir = os.path.abspath(a.cache_dir)
+    prefix = a.results or os.path.join(REPO, "benchmarks", "results", a.name)
+    try:
+        result = sweep(a)
+    except CompareError as exc:
+        sys.exit(f"compare.py: error: {exc}")
+    if result is None:  # --plan
+        return None
+    os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
+    result["png"] = plot(result, prefix + ".png")
+    from benchmarks.results_io import write_results
+    write_results(result, prefix, report)
+    return result
+
+
+if __name__ == "__main__":
+    main()

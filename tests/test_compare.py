@@ -1,0 +1,147 @@
+"""benchmarks/compare.py: pre-registered metric, config-hash cache, a killed sweep that resumes, a finished one reused."""
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from benchmarks import compare
+from tests.helpers import REPO_ROOT
+from tests.test_train_deepspeed import TINY_RUN
+
+
+def test_first_sustained_step_needs_the_trailing_mean_to_stay_above_the_threshold():
+    steps = [1, 2, 3, 4, 5, 6]
+    assert compare.first_sustained_step(steps, [0, 1, 1, 0, 1, 1], 0.8, 1) == 5   # the dip at step 4 resets it
+    assert compare.first_sustained_step(steps, [0, 1, 1, 1, 1, 1], 0.8, 3) == 4   # trailing-3 mean first >= 0.8
+    assert compare.first_sustained_step(steps, [0, 1, 1, 1, 1, 0], 0.8, 1) is None
+
+
+def test_a_malformed_metric_is_refused_with_the_forms_it_accepts():
+    with pytest.raises(compare.CompareError, match="first_step:KEY:THRESHOLD:WINDOW"):
+        compare.parse_metric("first_step:reward/mean:0.8")
+    assert compare.parse_metric("first_step:reward/mean:0.8:3").higher_is_better is False
+    assert compare.parse_metric("eval:pass@1").higher_is_better is True
+
+
+def test_a_sweep_cannot_switch_its_deciding_metric_after_the_first_invocation(tmp_path):
+    path = str(tmp_path / "s.sweep.json")
+    compare.preregister(path, compare.parse_metric("eval:pass@1"), "gdpo")
+    compare.preregister(path, compare.parse_metric("eval:pass@1"), "gdpo")  # the same sweep again: fine
+    with pytest.raises(compare.CompareError, match="pre-registered --metric eval:pass@1"):
+        compare.preregister(path, compare.parse_metric("last:reward/mean"), "gdpo")
+
+
+def test_flags_compare_sets_itself_are_refused_naming_where_they_came_from():
+    with pytest.raises(compare.CompareError, match="--method dara: --seed is set by compare.py"):
+        compare.refuse_owned_flags(["--algo", "dara", "--seed=3"], "--method dara")
+
+
+def test_the_cache_key_is_the_resolved_config_so_equivalent_spellings_share_a_run(tiny_model_dir):
+    base = ["--model_name_or_path", tiny_model_dir, "--output_dir", "x", "--dtype", "fp32"]
+    key = lambda argv: compare.run_key(compare.resolved_config(argv, "test"), ["--limit", "2"], 1)  # noqa: E731
+    default_spelled_out = key([*base, "--algo", "grpo", "--scale_rewards", "group"])
+    assert key([*base, "--algo=grpo"]) == default_spelled_out
+    assert key([*base, "--algo", "grpo", "--output_dir", "elsewhere"]) == default_spelled_out
+    assert key([*base, "--algo", "grpo", "--seed", "7"]) != default_spelled_out
+    assert compare.run_key(compare.resolved_config([*base, "--algo", "grpo"], "t"), ["--limit", "3"], 1) != \
+        default_spelled_out
+    with pytest.raises(compare.CompareError, match="--method bad: train.py refuses"):
+        compare.resolved_config([*base, "--algo", "no_such_method"], "--method bad")
+
+
+def _stamp(path):
+    return os.stat(path).st_mtime_ns
+
+
+def _completed(cache):
+    return sorted(d for d in os.listdir(cache) if os.path.exists(os.path.join(cache, d, "run.json")))
+
+
+def _leftovers(cache):
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        if any(str(cache) in part for part in (proc.info["cmdline"] or [])):
+            found.append(proc)
+    return found
+
+
+@pytest.mark.slow
+def test_a_killed_sweep_resumes_where_it_stopped_and_a_finished_one_comes_from_its_cache(tiny_model_dir, tmp_path):
+    cache, prefix = tmp_path / "cache", tmp_path / "results" / "tiny"
+    argv = [sys.executable, "benchmarks/compare.py", "--name", "tiny", "--seeds", "1,2",
+            "--method", "grpo=--algo grpo", "--method", "dr_grpo=--algo grpo --scale_rewards none",
+            "--train_args", shlex.join(["--model_name_or_path", tiny_model_dir, "--max_steps", "1", "--dtype", "fp32",
+                                        *TINY_RUN]),
+            "--eval_args", "--limit 2 --max_new_tokens 6", "--metric", "eval:pass@1", "--also", "last:reward/mean",
+            "--cache_dir", str(cache), "--results", str(prefix)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=REPO_ROOT, TOKENIZERS_PARALLELISM="false")
+
+    # 1. Kill the whole sweep (its process group, as Ctrl-C or a job scheduler does) once the first run is done.
+    sweep = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    deadline = time.time() + 900
+    while not (cache.exists() and _completed(cache)) and sweep.poll() is None and time.time() < deadline:
+        time.sleep(0.5)
+    os.killpg(sweep.pid, signal.SIGKILL)
+    sweep.wait()
+    time.sleep(1)
+    stray = _leftovers(cache)
+    for proc in stray:  # only processes of this test's sweep (their command line names its cache folder)
+        proc.kill()
+    assert not stray, [p.info["cmdline"] for p in stray]
+    done = _completed(cache)
+    assert len(done) == 1, done
+    first = cache / done[0]
+    first_stamps = (_stamp(first / "run.json"), _stamp(first / "train" / "metrics.jsonl"))
+    assert json.loads((cache / "tiny.sweep.json").read_text())["deciding_metric"] == "eval:pass@1"
+
+    # 2. The same command again: the finished run is reused, the rest (the interrupted one included) run.
+    resumed = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    result = json.loads(prefix.with_suffix(".json").read_text())
+    assert (_stamp(first / "run.json"), _stamp(first / "train" / "metrics.jsonl")) == first_stamps
+    assert result["ran_this_invocation"] == 3
+    reused = [r for runs in result["runs"].values() for r in runs if not r["ran_this_invocation"]]
+    assert [r["run_dir"] for r in reused] == [str(first)]
+    assert result["seeds"] == [1, 2] and [r["seed"] for r in result["runs"]["dr_grpo"]] == [1, 2]
+    assert result["deciding_metric"]["spec"] == "eval:pass@1"
+    assert result["config"]["resolved"]["dr_grpo"]["scale_rewards"] == "none"
+    assert result["comparisons"]["dr_grpo vs grpo"]["n"] == 2
+    assert "| seed | grpo | dr_grpo |" in prefix.with_suffix(".md").read_text()
+    for runs in result["runs"].values():
+        for r in runs:
+            with open(os.path.join(r["run_dir"], "eval", "results.json")) as f:
+                assert r["value"] == json.load(f)["metrics"]["pass@1"]
+            with open(os.path.join(r["run_dir"], "train", "metrics.jsonl")) as f:
+                assert r["also"]["last:reward/mean"] == json.loads(f.readlines()[-1])["reward/mean"]
+    assert result["secondary_comparisons"]["last:reward/mean"]["dr_grpo vs grpo"]["n"] == 2
+
+    # 3. Once more: nothing runs, every run's files are untouched, the same numbers come out.
+    stamps = {d: _stamp(cache / d / "train" / "metrics.jsonl") for d in _completed(cache)}
+    again = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    cached = json.loads(prefix.with_suffix(".json").read_text())
+    assert cached["ran_this_invocation"] == 0
+    assert {d: _stamp(cache / d / "train" / "metrics.jsonl") for d in _completed(cache)} == stamps
+    assert len(stamps) == 4
+    assert cached["comparisons"] == result["comparisons"]
+    assert "running" not in again.stdout and again.stdout.count("cached") == 4
+
+
+def test_plan_validates_every_run_and_runs_nothing(tiny_model_dir, tmp_path, capsys):
+    cache = tmp_path / "cache"
+    argv = ["--name", "p", "--seeds", "1,2", "--method", "a=--algo grpo", "--train_args",
+            f"--model_name_or_path {tiny_model_dir} --dtype fp32", "--metric", "eval:pass@1", "--cache_dir", str(cache)]
+    with pytest.raises(SystemExit, match="--method b: train.py refuses"):  # gdpo with one reward: refused up front
+        compare.main([*argv, "--method", "b=--algo gdpo", "--plan"])
+    assert compare.main([*argv, "--method", "b=--algo grpo --scale_rewards none", "--plan"]) is None
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("compare:")]
+    assert [line.split(":")[1].strip() for line in lines] == ["a seed 1", "b seed 1", "a seed 2", "b seed 2"]
+    assert all("to run" in line for line in lines)
+    assert not cache.exists()  # nothing pre-registered, nothing run
