@@ -71,8 +71,10 @@ def _decide(args, steps: int, defaults: dict, world_size: int) -> RunStart:
             f"{'; '.join(differences)}. Give this run its own --output_dir (by default every run gets a new "
             f"output/<algo>_<env>_<time>), or pass --resume force to continue the old run with the new flags")
     if differences:
-        logger.warning("--resume %s: continuing %s with other method-defining flags: %s", args.resume, where,
-                       "; ".join(differences))
+        # DeepSpeed restores the optimizer's param groups as saved, so their lr and weight decay win over the flags.
+        logger.warning("--resume %s: continuing %s with other method-defining flags: %s (the optimizer state is "
+                       "restored as saved: its learning rate and weight decay stay the checkpoint's)", args.resume,
+                       where, "; ".join(differences))
     finished = point is not None and point.step >= steps
     if not finished:
         if point is not None:
