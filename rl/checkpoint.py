@@ -193,8 +193,13 @@ def save_checkpoint(engine, output_dir: str, step: int, trainer_state: dict, sav
                               + (f"the previous checkpoint {os.path.join(root, previous)} is intact"
                                  if previous else "there is no earlier checkpoint"))
     if dist.rank() == 0 and save_total_limit > 0:
-        for old in complete_checkpoints(root)[:-save_total_limit]:
-            shutil.rmtree(os.path.join(root, old), ignore_errors=True)
+        # Checkpoints of later steps belong to a timeline this run left (--resume none, or an earlier step resumed
+        # on purpose; their metrics rows were dropped too): keeping them by step number would delete this run's.
+        complete = complete_checkpoints(root)
+        keep = [t for t in complete if step_of(t) <= step][-save_total_limit:]
+        for old in complete:
+            if old not in keep:
+                shutil.rmtree(os.path.join(root, old), ignore_errors=True)
     dist.barrier()
     return os.path.join(root, tag)
 

@@ -135,3 +135,12 @@ def test_a_full_disk_names_the_file_and_enospc_and_removes_the_partial_folder(en
     assert os.path.join(tiny_tmpfs, "checkpoints", ".tmp-step_1") in str(err.value)
     assert [n for n in os.listdir(os.path.join(tiny_tmpfs, "checkpoints")) if "step_" in n] == []
     shutil.rmtree(os.path.join(tiny_tmpfs, "checkpoints"))
+
+
+def test_the_save_limit_keeps_the_newest_checkpoints_of_the_current_timeline(engine, tmp_path):
+    for step in (1, 2, 3, 4):
+        saved(engine, tmp_path, step=step)
+    root = os.path.join(str(tmp_path), "checkpoints")
+    save_checkpoint(engine, str(tmp_path), 2, {"step": 2}, save_total_limit=2)  # a run restarted from scratch
+    assert sorted(n for n in os.listdir(root) if n.startswith("step_")) == ["step_1", "step_2"]
+    assert latest_checkpoint(root) == "step_2"
