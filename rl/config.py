@@ -172,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{DEFAULT_SAVE_STEPS} steps costs ~5%% of the run and a crash loses at most ~7 minutes; "
                         f"raise it where steps are fast and saves slow")
     g.add_argument("--save_model_only_steps", type=int, default=0,
-                   help="also export the model alone (HF format, no optimizer state: 0.54 GB and ~4 s for "
+                   help="also export the model alone (HF format, no optimizer state: 0.54 GB and ~3 s for "
                         "SmolLM2-135M, a third of a full save) to "
                         "OUTPUT_DIR/hf/step_N every N steps, for evaluation between full checkpoints; all are kept "
                         "(0 = off)")

@@ -17,8 +17,8 @@ CONFIG_NAME = "config.json"
 LOCK_NAME = ".trainer.lock"
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A crash that is not a signal loses the steps since the last save; measured on this machine (README, "Checkpoints"):
-SAVE_COST = ("A full save of SmolLM2-135M (fp32 weights and Adam moments) is 1.6 GB and took ~20 s on a 2-core CPU "
-             "(benchmarks/results/checkpoint_cost.md).")
+SAVE_COST = ("A full save of SmolLM2-135M (fp32 weights and Adam moments) is 1.6 GB and took 13-23 s on a 2-core "
+             "CPU, the more when it was busy (benchmarks/results/checkpoint_cost.md).")
 # At the CPU default's ~20 s per step a save every 20 steps costs ~5% of the run; a crash loses at most ~7 minutes.
 DEFAULT_SAVE_STEPS = 20
 VERSIONED_PACKAGES = ("torch", "deepspeed", "transformers", "tokenizers", "datasets", "numpy", "math-verify", "vllm")
