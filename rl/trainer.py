@@ -14,8 +14,7 @@ from tqdm import tqdm
 from rl import dist
 from rl.advantages import AdvantageInputs, compute_advantages
 from rl.advantages.registry import build_step_hooks
-from rl.checkpoint import (checkpoint_root, export_hf, load_checkpoint, resolve_resume, rng_state, save_checkpoint,
-                           set_rng_state)
+from rl.checkpoint import checkpoint_root, export_hf, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from rl.data import PromptStream, training_rows
 from rl.completions import completion_records
 from rl.engine import build_actor, build_reference, set_cpu_threads
@@ -29,6 +28,7 @@ from rl.rollout import make_rollout_backend, response_logprobs
 from rl.rollout_vllm import SamplerMismatch
 from rl.errors import RewardFailure, TrainingAborted
 from rl.scoring import Scorer
+from rl.run_start import parser_defaults, start_run
 import rl.maestro  # noqa: F401  (registers MAESTRO's step hooks)
 
 logger = logging.getLogger(__name__)
@@ -64,6 +64,10 @@ class Trainer:
         self.scorer = Scorer(args)
         # --enable_test_mode stops the loop early (DeepSpeed-Chat); the LR schedule still spans --max_steps.
         self.steps = min(args.test_stop_step, args.max_steps) if args.enable_test_mode else args.max_steps
+        # Claims OUTPUT_DIR (a lock) and decides fresh / resume / already finished, once every flag is checked.
+        self.run = start_run(args, self.steps, parser_defaults())
+        if self.run.finished:
+            return
         self.actor = build_actor(args, self.world, args.max_steps)
         self.reference = build_reference(args, self.world)
         self.rollout_backend = make_rollout_backend(args, self.actor)  # None: the actor generates (--rollout_backend)
@@ -76,13 +80,9 @@ class Trainer:
                                      tensorboard_path=args.tensorboard_path if args.enable_tensorboard else None)
 
     def _resume(self):
-        try:
-            found = resolve_resume(self.args.resume, self.args.output_dir)
-        except FileNotFoundError as exc:
-            raise SystemExit(f"train.py: error: {exc}") from None
-        if found is None:
+        if self.run.resume is None:
             return
-        root, tag = found
+        root, tag = self.run.resume.root, self.run.resume.tag
         state = load_checkpoint(self.actor, root, tag)
         self.step = state["step"]
         self.data.load_state_dict(state["data"])
@@ -278,7 +278,8 @@ class Trainer:
                 "scorer": self.scorer.state_dict(), "method": self.hooks.state_dict()}
 
     def save(self):
-        save_checkpoint(self.actor, self.args.output_dir, self.step, self.trainer_state(), self.args.save_total_limit)
+        save_checkpoint(self.actor, self.args.output_dir, self.step, self.trainer_state(), self.args.save_total_limit,
+                        flags=self.run.flags)
 
     def _on_signal(self, signum, frame):
         self.stop_signal = signal.Signals(signum).name
@@ -295,6 +296,13 @@ class Trainer:
 
     def fit(self):
         a = self.args
+        if self.run.finished:
+            if self.rank == 0:
+                print(f"{a.output_dir} is finished: {self.run.resume.path} is at step {self.run.resume.step} of "
+                      f"{self.steps}; nothing to train. Raise --max_steps to train it further, or pick another "
+                      f"--output_dir for a new run", flush=True)
+            self.scorer.close()
+            return
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         bar = tqdm(total=self.steps, initial=self.step, desc="train", disable=self.rank != 0, dynamic_ncols=True)
         while self.step < self.steps:
@@ -317,10 +325,12 @@ class Trainer:
                 self.save()
                 if self.rank == 0:
                     print(f"stopped by {self.stop_signal or 'a signal on another rank'} after step {self.step}; "
-                          f"checkpoint saved; continue with --resume auto", flush=True)
+                          f"checkpoint saved; continue with --output_dir {a.output_dir}", flush=True)
                 return
             if a.save_steps and self.step % a.save_steps == 0 and self.step < self.steps:
                 self.save()
+            if a.save_model_only_steps and self.step % a.save_model_only_steps == 0 and self.step < self.steps:
+                export_hf(self.actor, self.tokenizer, os.path.join(a.output_dir, "hf", f"step_{self.step}"))
         bar.close()
         self.save()
         if not a.no_final_export:

@@ -10,7 +10,7 @@ import torch
 
 from rl.checkpoint import latest_checkpoint
 from rl.metrics import read_metrics
-from tests.helpers import REPO_ROOT, run_train
+from tests.helpers import REPO_ROOT, free_port, run_train
 from tests.test_train_deepspeed import TINY_RUN, assert_ok
 
 pytestmark = pytest.mark.slow
@@ -129,7 +129,7 @@ def test_a_nan_step_is_skipped_and_repeated_nan_steps_stop_the_run(tiny_model_di
     os.environ["CREDO_FAULT_NAN_LOSS_STEPS"] = "2"
     try:
         assert_ok(run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--save_steps", "1",
-                             "--resume", "none"], num_ranks=1))
+                             "--save_total_limit", "0", "--resume", "none"], num_ranks=1))
         root = os.path.join(out, "checkpoints")
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
         after1 = get_fp32_state_dict_from_zero_checkpoint(root, tag="step_1")
@@ -146,3 +146,68 @@ def test_a_nan_step_is_skipped_and_repeated_nan_steps_stop_the_run(tiny_model_di
     assert stopped.returncode != 0
     assert "2 consecutive steps had non-finite loss or gradients" in stopped.stdout + stopped.stderr
     assert latest_checkpoint(root) == "step_2"  # saved after the (skipped) step 2; step 3 never saved
+
+
+def _children(pid: int) -> list:
+    """Processes whose parent is pid (from /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def test_a_rank_orphaned_by_a_killed_launcher_keeps_its_output_dir_locked(tiny_model_dir, tmp_path):
+    out = str(tmp_path)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=REPO_ROOT, TOKENIZERS_PARALLELISM="false")
+    runner = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "deepspeed"), "--num_gpus", "1",
+                               "--master_port", str(free_port()), "train.py", "--model_name_or_path", tiny_model_dir,
+                               "--output_dir", out, *TINY_RUN, "--max_steps", "500", "--no_final_export"],
+                              cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    lock, rank_pid, launch = os.path.join(out, ".trainer.lock"), None, []
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and rank_pid is None:
+            time.sleep(0.5)
+            if os.path.exists(lock):
+                with open(lock) as f:
+                    words = f.read().split()
+                rank_pid = int(words[1]) if len(words) > 1 else None
+        assert rank_pid is not None, "the rank never took the output-dir lock"
+        launch = [p for p in _children(runner.pid) if "deepspeed.launcher.launch" in _cmdline(p)]
+        assert launch and rank_pid in _children(launch[0])
+        os.kill(launch[0], signal.SIGKILL)  # the launcher dies; its rank does not (the issue's orphan)
+        runner.wait(timeout=60)
+        time.sleep(1)
+        assert _alive(rank_pid)
+
+        second = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *TINY_RUN,
+                            "--max_steps", "500", "--no_final_export"], launcher=False)
+        assert second.returncode != 0
+        assert f"is in use by another trainer (pid {rank_pid} " in second.stdout + second.stderr
+    finally:
+        for pid in [rank_pid, *launch, runner.pid]:
+            if pid is not None and _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        runner.wait(timeout=30)

@@ -1,0 +1,95 @@
+"""A checkpoint's manifest: every file with its size and sha256, written last at save, checked before a load.
+
+A step folder with a readable `manifest.json` is complete (its save finished); one without is the debris of a save
+that never finished. A file that is missing, shorter or different from what the manifest says is refused with an
+error naming it, so a bit flip or a truncated copy never trains silently.
+"""
+import hashlib
+import json
+import os
+
+from rl.errors import TrainingAborted
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT = 1
+_CHUNK = 8 << 20
+
+
+class CheckpointError(TrainingAborted):
+    """A checkpoint cannot be saved or loaded as it is; the message names the file and what is wrong."""
+
+
+def sha256_of(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def checkpoint_files(folder: str) -> list:
+    """Every regular file under folder (relative paths, sorted), the manifest itself excluded."""
+    out = []
+    for parent, _, names in os.walk(folder):
+        for name in names:
+            rel = os.path.relpath(os.path.join(parent, name), folder)
+            if rel != MANIFEST_NAME:
+                out.append(rel)
+    return sorted(out)
+
+
+def file_entries(folder: str, names: list) -> dict:
+    """{name: {"bytes", "sha256"}} for the given files of folder."""
+    entries = {}
+    for name in names:
+        path = os.path.join(folder, name)
+        entries[name] = {"bytes": os.path.getsize(path), "sha256": sha256_of(path)}
+    return entries
+
+
+def write_manifest(folder: str, files: dict, step: int, world_size: int, flags: dict = None):
+    """Write folder/manifest.json durably (temp file, fsync, rename, fsync of the folder)."""
+    body = {"format": MANIFEST_FORMAT, "step": step, "world_size": world_size, "files": files,
+            "flags": flags or {}}
+    tmp = os.path.join(folder, MANIFEST_NAME + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(body, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(folder, MANIFEST_NAME))
+    fsync_dir(folder)
+
+
+def fsync_dir(folder: str):
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_manifest(folder: str):
+    """The manifest of a step folder, or None when it has none (an unfinished save) or it is unreadable."""
+    path = os.path.join(folder, MANIFEST_NAME)
+    try:
+        with open(path) as f:
+            body = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return body if isinstance(body, dict) and isinstance(body.get("files"), dict) else None
+
+
+def verify_checkpoint(folder: str, manifest: dict):
+    """Raise CheckpointError naming the first file that is missing, truncated or altered."""
+    for name, want in sorted(manifest["files"].items()):
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            raise CheckpointError(f"checkpoint file {path} is missing (listed in {folder}/{MANIFEST_NAME})")
+        size = os.path.getsize(path)
+        if size != want["bytes"]:
+            raise CheckpointError(f"checkpoint file {path} is truncated or extended: {size} bytes, "
+                                  f"{want['bytes']} when it was saved")
+        got = sha256_of(path)
+        if got != want["sha256"]:
+            raise CheckpointError(f"checkpoint file {path} is corrupt: sha256 {got[:16]}..., "
+                                  f"{want['sha256'][:16]}... when it was saved")
