@@ -332,10 +332,10 @@ def validate(args) -> None:
     if is_local_model_path(args.model_name_or_path) and not os.path.exists(args.model_name_or_path):
         hint = " (run `bash scripts/setup.sh` to convert the default model)" if args.model_name_or_path == DEFAULT_MODEL_DIR else ""
         bad(f"--model_name_or_path {args.model_name_or_path} does not exist{hint}")
+    if args.tensorboard_path is not None and not args.enable_tensorboard:
+        bad("--tensorboard_path is set but TensorBoard is off: add --enable_tensorboard")
     if args.tensorboard_path is None and args.output_dir is not None:  # else set with the default output dir
         args.tensorboard_path = os.path.join(args.output_dir, "tensorboard")
-    elif not args.enable_tensorboard:
-        bad("--tensorboard_path is set but TensorBoard is off: add --enable_tensorboard")
     if args.offload and args.actor_zero_stage == 0:
         bad("--offload moves ZeRO partitions to the CPU and needs --actor_zero_stage 1, 2 or 3 (got 0)")
     validate_rollout_backend(args, bad)
