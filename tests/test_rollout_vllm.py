@@ -9,7 +9,7 @@ import torch
 
 from rl.rollout_vllm import (SamplerMismatch, VLLMRollout, answer_budgets, cut_at_eos, iter_vllm_weights,
                              sampled_logprobs, to_vllm_names)
-from rl.vllm_setup import preserved_rng
+from rl.vllm_setup import preserved_trainer_state
 
 
 def tiny_llama(tie=True):
@@ -254,22 +254,27 @@ def test_a_too_small_vllm_window_is_refused_at_parse_time_naming_the_flags(tiny_
     assert parse_args([*argv, "--vllm_max_model_len", "112"]).vllm_max_model_len == 112
 
 
-def test_preserved_rng_undoes_a_global_reseed():
+def test_preserved_trainer_state_undoes_a_global_reseed_and_vllms_thread_lock(monkeypatch):
     import random
 
     import numpy as np
+    monkeypatch.setattr(torch, "set_num_threads", torch.set_num_threads)  # put back even if the test fails
     torch.manual_seed(1)
     random.seed(1)
     np.random.seed(1)
     threads = torch.get_num_threads()
-    with preserved_rng():
+    with preserved_trainer_state():
         torch.manual_seed(0)  # what vllm.LLM(seed=0) does in-process
         random.seed(0)
         np.random.seed(0)
-        torch.set_num_threads(1)
+        torch.set_num_threads(1)  # vLLM's CPU worker: one thread, then set_num_threads made a no-op
+        torch.set_num_threads = lambda n: None
     got = (torch.rand(3), random.random(), np.random.rand())
     torch.manual_seed(1)
     random.seed(1)
     np.random.seed(1)
     assert torch.equal(got[0], torch.rand(3)) and got[1] == random.random() and got[2] == np.random.rand()
     assert torch.get_num_threads() == threads
+    torch.set_num_threads(threads + 1)  # the trainer can set its threads again
+    assert torch.get_num_threads() == threads + 1
+    torch.set_num_threads(threads)
