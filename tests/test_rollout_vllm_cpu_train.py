@@ -1,4 +1,4 @@
-"""train.py with `--rollout_backend vllm` under the real deepspeed launcher, on vLLM's CPU build (.venv-vllm):
+"""train.py with `--rollout_backend vllm` under the real deepspeed launcher (2 ranks, ZeRO-3), on vLLM's CPU build:
 a run completes and logs the sampler-mismatch metrics, and a stop + resume matches an uninterrupted run.
 
 Run by tests/test_rollout_vllm_cpu_suite.py; skipped where vllm is not importable (see test_rollout_vllm_cpu.py).
@@ -22,8 +22,8 @@ from tests.test_fault_tolerance import RUN, comparable, final_params  # noqa: E4
 from tests.test_rollout_vllm_cpu import LOGP_TOLERANCE, build_vllm_tiny_model  # noqa: E402
 from tests.test_train_deepspeed import assert_ok  # noqa: E402
 
-# One rank: a vLLM-CPU engine per rank costs a second KV cache and ~20 s of start-up on this shared machine; the
-# per-rank engine and its weight sync are the same code on every rank.
+# Two ranks, each with its own engine: the weight sync then gathers real ZeRO-3 partitions (a collective), and the
+# sampler-mismatch metrics are reduced over ranks. test_fault_tolerance's RUN: 8 rows, 2 ranks x 2 prompts a step.
 VLLM_RUN = [*RUN, "--actor_zero_stage", "3", "--rollout_backend", "vllm", "--vllm_is_correction", "tis",
             "--max_answer_seq_len", "8"]
 SAMPLER_KEYS = ("rollout/logp_diff_max", "rollout/logp_diff_mean", "rollout/tis_capped_frac")
@@ -31,7 +31,7 @@ SAMPLER_KEYS = ("rollout/logp_diff_max", "rollout/logp_diff_mean", "rollout/tis_
 
 def run_vllm(model, out, *extra):
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB, inherited by the launched ranks
-    return run_train(["--model_name_or_path", model, "--output_dir", out, *VLLM_RUN, *extra], num_ranks=1)
+    return run_train(["--model_name_or_path", model, "--output_dir", out, *VLLM_RUN, *extra], num_ranks=2)
 
 
 @pytest.fixture(scope="module")
