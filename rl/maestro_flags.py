@@ -26,12 +26,13 @@ def add_maestro_flags(p):
                         "the Conductor barely moves). small: credo's deviation for short CPU runs: unit-norm h, "
                         f"lr {RECIPES['small']['lr']:g}, an update every step. The three flags below override it")
     g.add_argument("--maestro_hidden_norm", choices=HIDDEN_NORMS, default=None,
-                   help="Conductor input: none = the raw final hidden state (paper); l2 = scaled to unit norm "
-                        "(default: the recipe's)")
+                   help="Conductor input: none = the raw final hidden state (paper); l2 = scaled to unit norm; "
+                        "unset (None) = --maestro_recipe's")
     g.add_argument("--maestro_update_interval", type=int, default=None,
-                   help=f"steps between Conductor REINFORCE updates (default: the recipe's; paper: {PAPER['update_interval']})")
+                   help=f"steps between Conductor REINFORCE updates; unset (None) = --maestro_recipe's "
+                        f"(paper: {PAPER['update_interval']})")
     g.add_argument("--maestro_lr", type=float, default=None,
-                   help=f"Conductor AdamW learning rate (default: the recipe's; paper: {PAPER['lr']:g})")
+                   help=f"Conductor AdamW learning rate; unset (None) = --maestro_recipe's (paper: {PAPER['lr']:g})")
     g.add_argument("--maestro_entropy_coef", type=float, default=1e-3, help="Conductor entropy bonus (paper: 1e-3)")
     g.add_argument("--maestro_tau_init", type=float, default=1.0, help="initial (learned) Conductor temperature")
     g.add_argument("--maestro_kl_in_reward", type=float, default=0.0,
