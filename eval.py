@@ -65,6 +65,9 @@ def build_parser():
     p.add_argument("--output_dir", default=None, help="results.json and success_by_turn.png go here")
     p.add_argument("--compare", default=None, help="another run's results.json to print side by side")
     p.add_argument("--label", default=None, help="also print `<label>: X` with X = 100 x pass@1")
+    p.add_argument("--judge_model", default=None,
+                   help="HF causal LM that judges this run's responses against --compare's, both orders, and reports "
+                        "win / tie / loss rates with 95%% intervals (rl/judge.py; a 135M judge is a smoke test)")
     p.add_argument("--local_rank", type=int, default=-1, help="set by the deepspeed launcher")
     from envs.appworld.flags import add_appworld_flags
     add_appworld_flags(p)
@@ -89,6 +92,13 @@ def validate(args):
             bad(f"--model_name_or_path {args.model_name_or_path} does not exist")
     if args.compare and not os.path.exists(args.compare):
         bad(f"--compare {args.compare} does not exist")
+    if args.judge_model:
+        if not args.compare:
+            bad("--judge_model compares against a baseline: pass its results.json with --compare")
+        if is_local_model_path(args.judge_model):
+            args.judge_model = os.path.expanduser(args.judge_model)
+            if not os.path.exists(args.judge_model):
+                bad(f"--judge_model {args.judge_model} does not exist")
     if args.data_path is not None:
         try:
             data_paths(args.data_path)
@@ -181,6 +191,17 @@ def plot_success_by_turn(metrics: dict, path: str):
     return True
 
 
+def run_judge(args, rows, problems, baseline_problems, device) -> dict:
+    """The pairwise judge (rl/judge.py) on rank 0: this run's first response per problem against the baseline's."""
+    from transformers import AutoModelForCausalLM
+
+    from rl.judge import Judge, judge_results
+    env = args.env_cls(verifier=None, prompt_key=args.prompt_key, answer_key=args.answer_key, max_turns=1)
+    questions = {str(row.get("id", i)): env.reset(row)[-1]["content"] for i, row in enumerate(rows)}
+    model = AutoModelForCausalLM.from_pretrained(args.judge_model).to(device)
+    return judge_results(Judge(model, load_tokenizer(args.judge_model)), questions, problems, baseline_problems)
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     validate(args)
@@ -218,6 +239,11 @@ def main(argv=None):
         if differences:
             print(f"WARNING: --compare {args.compare} was evaluated with other settings, so the columns are not "
                   f"comparable: {'; '.join(differences)}", flush=True)
+    if args.judge_model:
+        result["judge"] = run_judge(args, rows, problems, compared["problems"], device)
+        print("judge (this run vs --compare): " + ", ".join(
+            f"{k} {100 * result['judge'][f'judge/{k}']:.1f}% [{100 * result['judge'][f'judge/{k}_ci_low']:.1f}, "
+            f"{100 * result['judge'][f'judge/{k}_ci_high']:.1f}]" for k in ("win", "tie", "loss")), flush=True)
     print(markdown_table(metrics, other, names=names))
     if args.output_dir:
         os.makedirs(args.output_dir, exist_ok=True)

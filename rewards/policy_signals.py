@@ -1,21 +1,27 @@
 """Rewards computed with the policy itself (no extra model): MAESTRO's `ppl` and `ent`, and the Conductor's input.
 
-- `ppl` (NOVER-style): the policy's mean negative log-likelihood of the *reference answer*, given the prompt and
-  the response's reasoning part. A response whose reasoning makes the right answer likely gets a low NLL; the
-  reward is the NLL's negative (rank-normalised within the group by the caller).
-- `ent`: the mean token entropy of the response under the policy (at the rollout temperature).
+- `ppl` (NOVER, Liu et al. 2025, arXiv 2505.16022): the policy's mean negative log-likelihood of the *reference
+  answer*, given the prompt and the response's reasoning part, divided by NOVER's length factor
+  N(|t|) = max(1, 1 + log |t|) (|t| = reasoning tokens): the log of NOVER's reasoning perplexity P_r. Lower P_r is
+  better, so the reward is its negative (rank-normalised within the group by rewards/policy_rewards.py).
+- `ent`: the mean token entropy of the response under the policy (at the rollout temperature); as a reward its
+  negative (rewards/policy_rewards.py says why).
 - the final-layer hidden state of the last real token of prompt + response (the Conductor's input h).
 
 Each takes a model (a DeepSpeed engine or a plain HF causal LM) and token tensors, so it can be used on its own.
 """
+import math
+
 import torch
 
 from rewards.length import reasoning_part
 from rl.loss import entropy_from_logits
 from rl.rollout import left_pad, position_ids_from_mask
 
-# How the reference answer is appended after the reasoning, per --format_style (the answer part the policy writes).
-ANSWER_WRAPPERS = {"boxed": ("\\boxed{", "}"), "tags": ("</think>\n<answer>", "</answer>")}
+# How the reference answer is appended after the reasoning, per --format_style (the answer part the policy writes):
+# (text between the reasoning and the answer, text after the answer).
+ANSWER_WRAPPERS = {"boxed": (" \\boxed{", "}"), "tags": ("</think>\n<answer>", "</answer>")}
+THINK_CLOSE = "</think>"
 
 
 @torch.no_grad()
@@ -45,16 +51,35 @@ def entropy_and_last_hidden(model, input_ids, attention_mask, prompt_len: int, r
 
 
 def nover_tokens(tokenizer, prompt_ids: list, completion: str, answer, style: str = "boxed"):
-    """(context token list, target token list) for the NLL of `answer` after the response's reasoning part.
+    """(context token list, target token list) for the NLL of `answer` after the response's reasoning part."""
+    context, target, _ = nover_example(tokenizer, prompt_ids, completion, answer, style)
+    return context, target
 
-    The target is empty when there is no reference answer (the reward then abstains).
+
+def nover_example(tokenizer, prompt_ids: list, completion: str, answer, style: str = "boxed"):
+    """(context token list, target token list, reasoning token count |t|) for NOVER's reasoning perplexity.
+
+    The context is the prompt, the response's reasoning, then the answer's opening (`\\boxed{`, or
+    `</think>\n<answer>` for --format_style tags); the target is the reference answer and its closing. Under tags the
+    reasoning part already ends with the response's own `</think>`: it is dropped there, so the context closes the
+    reasoning once (`...</think>\n<answer>`, never `...</think> </think>\n<answer>`). The target is empty when there
+    is no reference answer (the reward then abstains).
     """
-    if answer is None or str(answer).strip() == "":
-        return prompt_ids, []
     opening, closing = ANSWER_WRAPPERS.get(style, ANSWER_WRAPPERS["boxed"])
-    context = tokenizer(reasoning_part(completion).rstrip() + " " + opening, add_special_tokens=False)["input_ids"]
+    reasoning = reasoning_part(completion).rstrip()
+    if opening.startswith(THINK_CLOSE) and reasoning.endswith(THINK_CLOSE):
+        reasoning = reasoning[:-len(THINK_CLOSE)].rstrip()
+    reasoning_ids = tokenizer(reasoning, add_special_tokens=False)["input_ids"] if reasoning else []
+    if answer is None or str(answer).strip() == "":
+        return list(prompt_ids), [], len(reasoning_ids)
+    context = tokenizer(reasoning + opening, add_special_tokens=False)["input_ids"]
     target = tokenizer(str(answer).strip() + closing, add_special_tokens=False)["input_ids"]
-    return list(prompt_ids) + context, target
+    return list(prompt_ids) + context, target, len(reasoning_ids)
+
+
+def nover_length_factor(reasoning_tokens: int) -> float:
+    """NOVER's N(|t|) = max(1, 1 + log |t|): it divides the answer's mean NLL so long reasoning is not favoured."""
+    return max(1.0, 1.0 + math.log(reasoning_tokens)) if reasoning_tokens > 0 else 1.0
 
 
 @torch.no_grad()

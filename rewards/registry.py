@@ -43,7 +43,9 @@ def build_reward_fn(name: str, args):
         except ValueError as exc:
             raise KeyError(str(exc)) from None
         return fn
-    raise KeyError(f"--reward_funcs: unknown reward {name!r}; built in: {', '.join([CORRECTNESS, *BUILT_IN_REWARDS])}, "
+    from rewards.policy_rewards import POLICY_REWARDS  # in-process rewards, scored by rl/scoring.py, not here
+    raise KeyError(f"--reward_funcs: unknown reward {name!r}; built in: "
+                   f"{', '.join([CORRECTNESS, *BUILT_IN_REWARDS, *POLICY_REWARDS])}, "
                    f"or give package.module:function")
 
 

@@ -5,6 +5,14 @@ pi(. | h) = floor(softmax((W h + b) / tau)), tau learned. Every `update_interval
     loss = -mean(A * log pi(a | h)) - entropy_coef * mean H(pi(. | h))
 over the buffered (h, a, A) of those steps, then the buffer is cleared.
 
+Two recipes (RECIPES; --maestro_recipe). `paper`: raw h, AdamW lr 5e-5, an update every 3 steps (the paper's values,
+meant for GPU-length runs). `small` (credo's deviation, for CPU-length runs): h scaled to unit L2 norm, lr 2e-2, an
+update every step. Why: AdamW moves each weight by about lr per update, so one update moves a logit by at most about
+lr x (|h|_1 + 1). SmolLM2-135M's final hidden state has |h|_1 ~ 680 (measured on --env mixed prompts), so at lr 5e-5
+a logit moves <= 0.034 per update and a 40-step run (13 updates) leaves pi near uniform. With unit-norm h (|h|_1 ~ 14
+there) lr 2e-2 moves a logit <= 0.3 per update, and 40 updates can separate the prompt kinds
+(tests/test_conductor.py::test_small_recipe_learns_in_forty_steps_where_the_paper_recipe_cannot).
+
 Every rank holds the same Conductor and sees the same batch-global (h, a, A), so the updates stay identical
 without a collective; its initialisation and its action sampling use their own seeded generators for that reason.
 """
@@ -15,6 +23,11 @@ import torch
 import torch.nn as nn
 
 PROB_FLOOR = 1e-4
+HIDDEN_NORMS = ("none", "l2")
+RECIPES = {
+    "paper": {"hidden_norm": "none", "lr": 5e-5, "update_interval": 3},
+    "small": {"hidden_norm": "l2", "lr": 2e-2, "update_interval": 1},   # credo's deviation, see above
+}
 
 
 def floor_probs(probs: torch.Tensor, floor: float = PROB_FLOOR) -> torch.Tensor:
@@ -26,8 +39,11 @@ def floor_probs(probs: torch.Tensor, floor: float = PROB_FLOOR) -> torch.Tensor:
 class Conductor(nn.Module):
     """pi(. | h) over K actions. h: Tensor[N, H] -> probs Tensor[N, K]."""
 
-    def __init__(self, hidden_size: int, num_actions: int, tau_init: float = 1.0):
+    def __init__(self, hidden_size: int, num_actions: int, tau_init: float = 1.0, hidden_norm: str = "none"):
         super().__init__()
+        if hidden_norm not in HIDDEN_NORMS:
+            raise ValueError(f"hidden_norm must be one of {HIDDEN_NORMS}, got {hidden_norm!r}")
+        self.hidden_norm = hidden_norm
         self.head = nn.Linear(hidden_size, num_actions)
         # Zero init: the first choices are uniform, so no reward is favoured before any evidence.
         nn.init.zeros_(self.head.weight)
@@ -39,7 +55,10 @@ class Conductor(nn.Module):
         return float(self.log_tau.detach().exp())
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        logits = self.head(h.float()) / self.log_tau.exp()
+        h = h.float()
+        if self.hidden_norm == "l2":
+            h = h / h.norm(dim=-1, keepdim=True).clamp(min=1e-6)
+        logits = self.head(h) / self.log_tau.exp()
         return floor_probs(torch.softmax(logits, dim=-1))
 
 
@@ -58,10 +77,11 @@ class ConductorLearner:
     """The Conductor with its optimizer, the (h, a, A) buffer and the action-sampling generator."""
 
     def __init__(self, hidden_size: int, num_actions: int, *, lr: float = 5e-5, entropy_coef: float = 1e-3,
-                 update_interval: int = 3, tau_init: float = 1.0, seed: int = 0, device="cpu"):
+                 update_interval: int = 3, tau_init: float = 1.0, hidden_norm: str = "none", seed: int = 0,
+                 device="cpu"):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            self.conductor = Conductor(hidden_size, num_actions, tau_init).to(device)
+            self.conductor = Conductor(hidden_size, num_actions, tau_init, hidden_norm).to(device)
         self.optimizer = torch.optim.AdamW(self.conductor.parameters(), lr=lr)
         self.entropy_coef, self.update_interval = entropy_coef, update_interval
         self.generator = torch.Generator().manual_seed(seed)
@@ -80,12 +100,27 @@ class ConductorLearner:
         return torch.multinomial(probs.cpu(), 1, generator=self.generator).squeeze(1), probs
 
     def random_actions(self, n: int) -> torch.Tensor:
-        """Uniform actions (the `random` ablation): heterogeneous emphasis without learning."""
+        """Uniform actions (the `random_action` ablation): heterogeneous emphasis without learning."""
         return torch.randint(0, self.num_actions, (n,), generator=self.generator)
 
+    def random_weight_vectors(self, n: int) -> torch.Tensor:
+        """The paper's Rand baseline: one random weight vector per response, Dirichlet(1, ..., 1), which is the
+        uniform distribution on the simplex (credo's reading: the paper says "random weight vector"; uniform on
+        the simplex is the one draw that favours no reward and no corner). Drawn as normalised Exp(1) variables
+        (-log U), so the seeded generator keeps every rank's draws identical. Tensor[n, K], rows sum to 1."""
+        u = torch.rand((n, self.num_actions), generator=self.generator, dtype=torch.float64).clamp(min=1e-12)
+        e = -u.log()
+        return (e / e.sum(-1, keepdim=True)).float()
+
     @torch.no_grad()
-    def expected_weights(self, h: torch.Tensor, eta: float) -> torch.Tensor:
-        """Evaluation: the continuous weights (1 - eta) / K + eta * pi(. | h) instead of a sampled action."""
+    def expected_weights(self, h: torch.Tensor) -> torch.Tensor:
+        """Evaluation: the continuous weights pi(. | h) themselves (as the README and issue #6 say), not a sampled
+        action. Tensor[N, H] -> Tensor[N, K], rows sum to 1."""
+        return self.probs(h)
+
+    @torch.no_grad()
+    def expected_emphasis(self, h: torch.Tensor, eta: float) -> torch.Tensor:
+        """The training-time weights averaged over the action: E_{a ~ pi}[w(a)] = (1 - eta) / K + eta * pi(. | h)."""
         return (1.0 - eta) / self.num_actions + eta * self.probs(h)
 
     def record(self, h: torch.Tensor, actions: torch.Tensor, advantages: torch.Tensor) -> dict:

@@ -16,7 +16,6 @@ DECODE_LOOPS = ("credo", "hf_generate")
 # Default micro-batch cap: length-sorted micro-batches of 8 rows carry less padding than one 32-row block and bound
 # the activation memory of long multi-turn rows. The GPU launchers (scripts/gpu/common.sh) set their own.
 DEFAULT_MAX_MICRO_BATCH = 8
-MAESTRO_REWARDS = ("fmt", "ppl", "ent", "len", "pref", "correctness")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = p.add_argument_group("rewards")
     g.add_argument("--reward_funcs", default="correctness",
-                   help="comma list of rewards: correctness (the env's verifier), format, length, or "
+                   help="comma list of rewards: correctness (the env's verifier), format, length, the open-domain "
+                        "rewards fmt, ppl (NOVER), ent (EM-GRPO), len, pref (rewards/policy_rewards.py), or "
                         "package.module:function: credo's fn(prompt, completion, sample) returning a float, a dict of "
                         "components, or None to abstain, or TRL's f(prompts, completions, **kwargs) returning a list")
     g.add_argument("--reward_weights", default=None,
@@ -103,21 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--tcpo_no_retro", action="store_true", help="TCPO ablation: drop the retrospective term")
     g.add_argument("--tcpo_no_hind", action="store_true", help="TCPO ablation: drop the hindsight/counterfactual term")
 
-    g = p.add_argument_group("MAESTRO (a Conductor mixes open-domain rewards per response)")
-    g.add_argument("--maestro_rewards", default="fmt,ppl,ent,len,pref",
-                   help=f"rewards the Conductor chooses between, from {','.join(MAESTRO_REWARDS)} (paper: the first five)")
-    g.add_argument("--maestro_weights", choices=("conductor", "equal", "random"), default="conductor",
-                   help="who picks each response's reward emphasis (equal / random are the ablations)")
-    g.add_argument("--maestro_emphasis", type=float, default=0.5,
-                   help="eta: w(a) = (1 - eta) / K + eta * onehot(a) (paper: 0.5; 1.0 = pure emphasis)")
-    g.add_argument("--maestro_update_interval", type=int, default=3, help="steps between Conductor REINFORCE updates")
-    g.add_argument("--maestro_lr", type=float, default=5e-5, help="Conductor AdamW learning rate (paper: 5e-5)")
-    g.add_argument("--maestro_entropy_coef", type=float, default=1e-3, help="Conductor entropy bonus (paper: 1e-3)")
-    g.add_argument("--maestro_tau_init", type=float, default=1.0, help="initial (learned) Conductor temperature")
-    g.add_argument("--len_min", type=int, default=16, help="len reward: 1 at or below this many response tokens")
-    g.add_argument("--len_max", type=int, default=64, help="len reward: falls linearly to 0 at this many tokens")
-    g.add_argument("--reward_model_name_or_path", default=None,
-                   help="sequence-classification reward model for the pref reward (skipped with a warning when unset)")
+    from rl.maestro_flags import add_maestro_flags
+    add_maestro_flags(p)
 
     from envs.appworld.flags import add_appworld_flags
     add_appworld_flags(p)
@@ -233,9 +220,10 @@ def validate(args) -> None:
     args.reward_funcs = [name.strip() for name in args.reward_funcs.split(",") if name.strip()]
     if not args.reward_funcs:
         bad("--reward_funcs is empty")
+    from rewards.policy_rewards import POLICY_REWARDS
     from rewards.registry import CORRECTNESS, build_reward_fn
     for name in args.reward_funcs:
-        if name != CORRECTNESS:
+        if name != CORRECTNESS and name not in POLICY_REWARDS:
             try:
                 build_reward_fn(name, args)
             except KeyError as exc:
@@ -377,33 +365,8 @@ def validate_rollout_backend(args, bad) -> None:
 
 
 def validate_maestro(args, bad):
-    if not 0 <= args.len_min < args.len_max:
-        bad(f"--len_min {args.len_min} / --len_max {args.len_max}: need 0 <= len_min < len_max")
-    if args.algo != "maestro":
-        return
-    args.maestro_rewards = [n.strip() for n in args.maestro_rewards.split(",") if n.strip()]
-    unknown = [n for n in args.maestro_rewards if n not in MAESTRO_REWARDS]
-    if unknown:
-        bad(f"--maestro_rewards: unknown reward(s) {','.join(unknown)}; choose from {','.join(MAESTRO_REWARDS)}")
-    if len(set(args.maestro_rewards)) != len(args.maestro_rewards):
-        bad(f"--maestro_rewards lists a reward twice: {','.join(args.maestro_rewards)}")
-    if len([n for n in args.maestro_rewards if n != "pref" or args.reward_model_name_or_path]) < 2:
-        bad("--maestro_rewards needs at least two rewards to orchestrate (pref counts only with "
-            "--reward_model_name_or_path)")
-    if args.max_turns != 1:
-        bad("--algo maestro scores single responses; use --max_turns 1")
-    if args.reward_funcs != ["correctness"] or args.reward_weights is not None:
-        bad("--algo maestro mixes --maestro_rewards with the Conductor's weights; drop --reward_funcs / "
-            "--reward_weights (add `correctness` to --maestro_rewards to mix in the verifier)")
-    if not 0 <= args.maestro_emphasis <= 1:
-        bad(f"--maestro_emphasis must be in [0, 1], got {args.maestro_emphasis}")
-    if args.maestro_update_interval < 1 or args.maestro_tau_init <= 0:
-        bad("--maestro_update_interval must be >= 1 and --maestro_tau_init > 0")
-    path = args.reward_model_name_or_path
-    if path and is_local_model_path(path):
-        path = args.reward_model_name_or_path = os.path.expanduser(path)
-        if not os.path.exists(path):
-            bad(f"--reward_model_name_or_path {path} does not exist")
+    from rl.maestro_flags import validate_maestro as check
+    check(args, bad)
 
 
 def is_local_model_path(value: str) -> bool:

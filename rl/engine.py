@@ -173,8 +173,9 @@ def hybrid_engine_refusal(config):
 
 
 def build_reference(args, world_size: int):
-    """The frozen reference, partitioned like the actor. None when beta = 0 (nothing uses it)."""
-    if args.beta == 0:
+    """The frozen reference, partitioned like the actor. None when nothing uses it (beta = 0 and no MAESTRO KL in
+    the reward)."""
+    if args.beta == 0 and not getattr(args, "maestro_kl_in_reward", 0):
         return None
     dtype = resolve_dtype(args.dtype)
     cfg = ds_config(args, world_size, dtype, train=False)

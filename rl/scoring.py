@@ -9,6 +9,7 @@ import torch
 from envs import StepResult, env_class
 from rewards.base import RewardCaller
 from rewards.pooled import PooledRewards
+from rewards.policy_rewards import POLICY_REWARDS, PolicyRewards, normalise
 from rewards.registry import CORRECTNESS, reward_spec
 from rl import dist
 from rl.advantages.stats import group_mean_std
@@ -25,13 +26,22 @@ class Scorer:
         # counts and guards every env.step (run in-process: see rewards/base.py); --code_workers steps run at once
         self.verifier = RewardCaller(None, name=CORRECTNESS, timeout_s=args.reward_timeout)
         # a user function `pkg.module:fn` reports as `fn` (reward/fn/mean, ...)
-        self.rewards = PooledRewards([reward_spec(name, args) for name in args.reward_funcs if name != CORRECTNESS],
+        self.rewards = PooledRewards([reward_spec(name, args) for name in args.reward_funcs
+                                      if name != CORRECTNESS and name not in POLICY_REWARDS],
                                      workers=args.reward_workers, timeout_s=args.reward_timeout,
                                      max_steps=args.max_steps, group_size=args.num_generations)
+        # ppl, ent, fmt, len, pref: computed in-process with the policy (rewards/policy_rewards.py); attach_policy
+        self.policy_names = [name for name in args.reward_funcs if name in POLICY_REWARDS]
+        self.policy_rewards = None
         self.callers = [self.verifier, *self.rewards.accounts]
         self.component_names = []  # reward components seen on any rank, in first-seen order
         self.checked = self._local_counts()  # this rank's (calls, failures) per reward at the last failure check
         self.step_counts = {}  # global (calls, failures) per reward in the last checked step
+
+    def attach_policy(self, actor, tokenizer):
+        """Give the in-process rewards (--reward_funcs ppl, ent, fmt, len, pref) the policy, once it is built."""
+        if self.policy_names:
+            self.policy_rewards = PolicyRewards(self.policy_names, self.args, actor, tokenizer)
 
     def new_env(self):
         return self.env_cls(verifier=self.shared_verifier, prompt_key=self.args.prompt_key,
@@ -69,12 +79,15 @@ class Scorer:
         trajectory = self.trajectory_score(batch.turn_scores).tolist()
         ids = self.completion_ids(batch) if self.rewards.needs_completion_ids else None
         extra = self.rewards.score(batch.prompts, batch.completions, batch.samples, ids, step)
+        # each prompt group lives on one rank, so the within-group normalisation needs no collective
+        policy = normalise(self.policy_rewards.raw(batch)[0], batch.group_ids.cpu()) if self.policy_rewards else {}
         rows = []
         for i, correctness in enumerate(trajectory):
             comps = {CORRECTNESS: correctness} if CORRECTNESS in self.args.reward_funcs else {}
             for account, values in zip(self.rewards.accounts, extra):
                 value = values[i]
                 comps.update(value if isinstance(value, dict) else {account.name: value})
+            comps.update({name: float(values[i]) for name, values in policy.items()})
             rows.append((correctness, comps))
         local_names = list(dict.fromkeys(n for _, comps in rows for n in comps))
         for names in dist.all_gather_object(local_names):

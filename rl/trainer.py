@@ -71,6 +71,7 @@ class Trainer:
         self.actor = build_actor(args, self.world, args.max_steps)
         self.reference = build_reference(args, self.world)
         self.rollout_backend = make_rollout_backend(args, self.actor)  # None: the actor generates (--rollout_backend)
+        self.scorer.attach_policy(self.actor, self.tokenizer)  # --reward_funcs ppl / ent / fmt / len / pref
         self.hooks = build_step_hooks(args.algo, self)  # a method's extra work around the advantages, and its state
         self.step = 0
         self.counters = {"bad_steps_total": 0, "bad_steps_in_row": 0}
@@ -147,7 +148,7 @@ class Trainer:
         # gradient is that of the loss over the whole global batch (verl's global-batch aggregation).
         agg = {"num_tokens": global_tokens / (self.world * accumulation), "num_seqs": micro,
                "norm_len": a.max_answer_seq_len}
-        if self.reference is not None:
+        if self.reference is not None and batch.ref_logp is None:  # MAESTRO's --maestro_kl_in_reward may have them
             batch.ref_logp = self._no_grad_logprobs(self.reference, batch, micro)
         if a.ppo_epochs > 1:  # with one pass the rollout policy is the current one: no extra forward needed
             batch.old_logp = self._no_grad_logprobs(self.actor, batch, micro)

@@ -1,10 +1,15 @@
 """MAESTRO's rewards on their own: len, ppl (NOVER-style), ent and the Conductor's hidden state, pref."""
+import math
+
 import pytest
 import torch
 
 from rewards.length import LinearLengthReward, linear_length_score
-from rewards.policy_signals import entropy_and_last_hidden, nover_tokens, reference_nll
+from rewards.policy_rewards import PolicyRewards, normalise
+from rewards.policy_signals import (entropy_and_last_hidden, nover_example, nover_length_factor, nover_tokens,
+                                    reference_nll)
 from rl.rollout import left_pad
+from tests.helpers import build_char_tokenizer
 
 
 @pytest.mark.parametrize("length,expected", [(0, 1.0), (10, 1.0), (15, 0.5), (20, 0.0), (99, 0.0), (12, 0.8)])
@@ -82,3 +87,68 @@ def test_preference_reward_scores_with_a_sequence_classification_model(tmp_path)
     assert scores.shape == (3,) and torch.isfinite(scores).all()
     # batching and padding do not change a score
     assert reward("hi", "no thanks", {}) == pytest.approx(scores[1].item(), rel=1e-4, abs=1e-5)
+
+
+def test_nover_context_under_tags_closes_the_reasoning_once(tiny):
+    _, tok = tiny
+    completion = "<think>I add 2 and 3.</think>\n<answer>5</answer>"
+    context, target = nover_tokens(tok, [], completion, 5, style="tags")
+    text = tok.decode(context)
+    assert text.endswith("<think>I add 2 and 3.</think>\n<answer>"), text
+    assert text.count("</think>") == 1, text   # was "...</think> </think>\n<answer>"
+    assert tok.decode(target) == "5</answer>"
+    # a response that never closed its reasoning still gets the closing tag once
+    unclosed = tok.decode(nover_tokens(tok, [], "<think>I add <answer>5</answer>", 5, style="tags")[0])
+    assert unclosed.count("</think>") == 1 and unclosed.endswith("</think>\n<answer>")
+
+
+def test_nover_length_factor_is_max_one_one_plus_log_t():
+    assert nover_length_factor(0) == 1.0 and nover_length_factor(1) == 1.0
+    assert nover_length_factor(20) == pytest.approx(1 + math.log(20))
+    _, _, reasoning_tokens = nover_example(build_char_tokenizer(), [], "abc \\boxed{1}", "1")
+    assert reasoning_tokens == 3  # "abc", one token per character, the answer part left out
+
+
+def test_policy_reward_signs_follow_nover_and_entropy_minimisation():
+    raw = {"ppl": torch.tensor([0.5, 2.0]), "ent": torch.tensor([0.1, 3.0]), "pref": torch.tensor([-1.0, 1.0]),
+           "len": torch.tensor([1.0, 0.0])}
+    out = normalise(raw, torch.tensor([0, 0]))
+    # NOVER: lower reasoning perplexity is better; EM-RL: lower entropy is better; pref: higher is better
+    torch.testing.assert_close(out["ppl"], torch.tensor([1.0, 0.0]))
+    torch.testing.assert_close(out["ent"], torch.tensor([1.0, 0.0]))
+    torch.testing.assert_close(out["pref"], torch.tensor([0.0, 1.0]))
+    torch.testing.assert_close(out["len"], raw["len"])  # already on [0, 1]
+
+
+def tiny_batch(model, tok, completions, answers):
+    """A Rollout-like batch of single-turn responses to one prompt (one group)."""
+    from types import SimpleNamespace
+    prompt = tok("Q: 2+3?", add_special_tokens=False)["input_ids"]
+    responses = [tok(c, add_special_tokens=False)["input_ids"] for c in completions]
+    width = max(map(len, responses))
+    ids = torch.tensor([prompt + r + [tok.pad_token_id] * (width - len(r)) for r in responses])
+    response_mask = torch.tensor([[1.0] * len(r) + [0.0] * (width - len(r)) for r in responses])
+    attention_mask = torch.cat([torch.ones(len(responses), len(prompt), dtype=torch.long), response_mask.long()], 1)
+    return SimpleNamespace(input_ids=ids, attention_mask=attention_mask, prompt_len=len(prompt),
+                           response_mask=response_mask, completions=completions, prompts=["Q: 2+3?"] * len(responses),
+                           samples=[{"answer": a} for a in answers], group_ids=torch.zeros(len(responses), dtype=torch.long))
+
+
+def test_policy_rewards_score_a_batch_with_the_policy(tiny):
+    from types import SimpleNamespace
+    model, tok = tiny
+    args = SimpleNamespace(format_style="boxed", len_min=2, len_max=6, temperature=1.0, answer_key="answer",
+                           per_device_train_micro_batch_size=2, reward_model_name_or_path=None)
+    rewards = PolicyRewards(["fmt", "len", "ppl", "ent"], args, model, tok)
+    batch = tiny_batch(model, tok, ["so \\boxed{5}", "it is five", "5"], [5, 5, None])
+    raw, hidden = rewards.raw(batch)
+    assert hidden.shape == (3, model.config.hidden_size)
+    torch.testing.assert_close(raw["fmt"], torch.tensor([1.0, 0.0, 0.0]))
+    lengths = batch.response_mask.sum(1).tolist()
+    torch.testing.assert_close(raw["len"], torch.tensor([linear_length_score(int(n), 2, 6) for n in lengths]))
+    context, target, t = nover_example(tok, batch.input_ids[0, :batch.prompt_len].tolist(), "so \\boxed{5}", 5)
+    assert raw["ppl"][0].item() == pytest.approx(manual_nll(model, context, target) / nover_length_factor(t), rel=1e-4)
+    assert torch.isnan(raw["ppl"][2])  # no reference answer: abstains
+    assert (raw["ent"] > 0).all()
+    with pytest.raises(ValueError, match="not policy rewards"):
+        PolicyRewards(["correctness"], args, model, tok)

@@ -32,6 +32,10 @@ def test_maestro_trains_on_two_ranks_on_the_mixed_task(tiny_model_dir, tmp_path)
             value = row[f"reward/{name}/mean"]  # metrics.jsonl writes a non-finite value as null
             assert value is not None and not math.isnan(value), name
         assert 0 < row["conductor/entropy"] <= math.log(len(REWARDS)) + 1e-6
+        for kind in ("arith", "describe"):  # --env mixed's prompt kinds: the paper's per-prompt trade-off claim
+            for prefix in ("conductor/weight", "conductor/pi"):
+                per_kind = [row[f"{prefix}/{kind}/{name}"] for name in REWARDS]
+                assert sum(per_kind) == pytest.approx(1.0, abs=1e-5), (prefix, kind)
     # the REINFORCE step happens every 2 steps, on the buffer of both
     assert "conductor/meta_loss" not in rows[0] and "conductor/meta_loss" in rows[1] and "conductor/meta_loss" not in rows[2]
     state = torch.load(os.path.join(out, "checkpoints", "step_3", "zero_pp_rank_0_mp_rank_00_model_states.pt"), weights_only=False)
@@ -53,3 +57,35 @@ def test_resume_restores_the_conductor_and_its_buffer(tiny_model_dir, tmp_path):
     assert got[2]["conductor/meta_loss"] == pytest.approx(want[2]["conductor/meta_loss"], rel=1e-5)
     for name in REWARDS:
         assert got[3][f"conductor/weight/{name}"] == pytest.approx(want[3][f"conductor/weight/{name}"], abs=1e-6)
+
+
+@pytest.mark.parametrize("reward,baseline", [("ppl", "NOVER"), ("ent", "EM-GRPO")])
+def test_paper_baselines_run_as_grpo_with_one_open_domain_reward(reward, baseline, tiny_model_dir, tmp_path):
+    out = str(tmp_path)
+    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--algo", "grpo", "--env", "mixed",
+                      "--reward_funcs", reward, "--num_generations", "4", "--per_device_generation_batch_size", "2",
+                      "--max_answer_seq_len", "8", "--temperature", "1.0", "--max_steps", "2", "--no_final_export"],
+                     num_ranks=1)
+    assert_ok(proc)
+    rows = read_metrics(os.path.join(out, "metrics.jsonl"))
+    assert len(rows) == 2
+    for row in rows:
+        value = row[f"reward/{reward}/mean"]  # rank-normalised within each group of 4: mean 0.5 when all present
+        assert value is not None and 0 <= value <= 1, (baseline, row)
+        assert row["reward/mean"] == pytest.approx(value, abs=1e-5)  # the only reward is the scalar reward
+
+
+def test_random_weight_vectors_and_kl_in_reward_train(tiny_model_dir, tmp_path):
+    out = str(tmp_path)
+    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--max_steps", "2",
+                      "--maestro_weights", "random", "--maestro_kl_in_reward", "0.1", "--maestro_recipe", "small",
+                      "--no_final_export"], num_ranks=1)
+    assert_ok(proc)
+    rows = read_metrics(os.path.join(out, "metrics.jsonl"))
+    for row in rows:
+        assert row["maestro/kl_in_reward"] is not None and row["maestro/kl_in_reward"] >= 0  # k3 >= 0
+        weights = [row[f"conductor/weight/{name}"] for name in REWARDS]
+        assert sum(weights) == pytest.approx(1.0, abs=1e-5)
+        assert "conductor/pi/arith/fmt" not in row  # no Conductor policy in the random arm
+    # the reference was loaded (with --beta 0) for the KL, so the loss reports it too
+    assert rows[1]["actor/kl"] is not None

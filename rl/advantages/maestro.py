@@ -2,6 +2,12 @@
 
 The Conductor itself (a policy over reward-emphasis actions, trained by REINFORCE) lives in rl/conductor.py and the
 trainer-side glue (policy-computed rewards, the buffer) in rl/maestro.py; this module is the pure maths of one step.
+
+What the paper specifies: a discrete reward-emphasis action per response, sampled from pi(. | h), that induces the
+response's weight configuration, and the GRPO group advantage of the scalarised reward as the Conductor's
+meta-reward. What it does not give in its text: the map from an action to the weights. credo's reading:
+w(a) = (1 - eta) / K + eta * onehot(a), eta = --maestro_emphasis (default 0.5): the chosen reward gets eta on top
+of an equal share, so every reward keeps some weight (eta = 1 is pure emphasis, eta = 0 is `equal`).
 """
 import torch
 
@@ -10,7 +16,8 @@ from rl.advantages.registry import AdvantageInputs, register, register_adapter
 
 
 def emphasis_weights(actions: torch.Tensor, num_rewards: int, eta: float = 0.5) -> torch.Tensor:
-    """w(a) = (1 - eta) / K + eta * onehot(a). actions: Tensor[N] long -> Tensor[N, K]; each row sums to 1."""
+    """w(a) = (1 - eta) / K + eta * onehot(a) (credo's reading; the paper's text gives no formula).
+    actions: Tensor[N] long -> Tensor[N, K]; each row sums to 1."""
     onehot = torch.nn.functional.one_hot(actions.long(), num_rewards).to(torch.float32)
     return (1.0 - eta) / num_rewards + eta * onehot
 
@@ -30,7 +37,7 @@ def maestro(rewards: torch.Tensor, actions: torch.Tensor, group_ids: torch.Tenso
         actions: Tensor[N] long, the emphasis action each response drew from the Conductor (heterogeneous
             sampling: responses of one group may draw different actions); None mixes with equal weights 1/K.
         group_ids: Tensor[N] long.
-        eta: emphasis strength (paper default 0.5; 1.0 = all weight on the chosen reward).
+        eta: emphasis strength (credo's reading, default 0.5; 1.0 = all weight on the chosen reward).
         scale: GRPO's std scaling ("group", "batch", "none").
 
     Returns:
@@ -43,5 +50,7 @@ def maestro(rewards: torch.Tensor, actions: torch.Tensor, group_ids: torch.Tenso
 
 @register_adapter("maestro")
 def maestro_from_batch(batch: AdvantageInputs, args):
-    return maestro(batch.component_matrix(), batch.actions, batch.group_ids, eta=args.maestro_emphasis,
-                   scale=args.scale_rewards), {}
+    """The trainer's MAESTRO hook (rl/maestro.py) already scored each response with its own weights, w(a_i) . r_i
+    for the Conductor (what `maestro` above computes), a Dirichlet vector's for `random`, minus the KL with
+    --maestro_kl_in_reward: the advantage is the GRPO group advantage of those scores."""
+    return grpo(batch.scores, batch.group_ids, scale=args.scale_rewards), {}

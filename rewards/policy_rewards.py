@@ -1,0 +1,92 @@
+"""MAESTRO's five open-domain rewards, for any method: `--reward_funcs ppl` (NOVER), `--reward_funcs ent` (EM-GRPO),
+`fmt`, `len`, `pref`, and the same five inside `--algo maestro`.
+
+They run in the trainer's process, not in the reward workers (rewards/pooled.py): `ppl` and `ent` are forwards of the
+policy itself (a ZeRO-3 engine whose forwards are collective), `pref` a reward model's, and `fmt` / `len` are cheap
+functions of the response that MAESTRO scores alongside them (so that `len` counts the generated tokens exactly).
+
+Sign conventions (higher is better after them; then rank-normalised to [0, 1] within each prompt group):
+- ppl: NOVER (Liu et al. 2025, arXiv 2505.16022, the reasoning perplexity P_r): "a lower P_r indicates that the
+  ground truth is more predictable given the reasoning", so the reward is -log P_r = -mean NLL / N(|t|).
+  Only NOVER's reasoning reward: its format gate and efficiency reward are not reproduced (add `fmt` to the mix).
+- ent: EM-RL (Agarwal et al. 2025, "The Unreasonable Effectiveness of Entropy Minimization in LLM Reasoning",
+  arXiv 2505.15134): "negative entropy as the only reward to maximize", so the reward is -(mean token entropy).
+  credo's reading: the mean over the response's tokens (issue #6's MAESTRO definition), where EM-RL-token sums
+  them; MAESTRO's `ent` uses this same sign, so that the paper's EM-GRPO baseline and MAESTRO share one reward.
+- pref: the reward model's score, higher preferred.
+- fmt, len: already on [0, 1] (rewards/format.py, rewards/length.py), not normalised.
+Rank normalisation (rl.advantages.stats.group_rank_normalize) is credo's reading for every method: the raw scales
+of ppl, ent and pref are arbitrary and differ by orders of magnitude, and a rank is robust to their outliers.
+"""
+import logging
+
+import torch
+
+from rewards.format import FormatReward
+from rewards.length import linear_length_score
+from rewards.policy_signals import entropy_and_last_hidden, nover_example, nover_length_factor, reference_nll
+from rl.advantages.stats import group_rank_normalize
+
+logger = logging.getLogger(__name__)
+POLICY_REWARDS = ("fmt", "ppl", "ent", "len", "pref")
+SIGNS = {"ppl": -1.0, "ent": -1.0, "pref": 1.0}  # applied before the rank normalisation; see the module docstring
+
+
+class PolicyRewards:
+    """Scores a rollout batch on `names` (a subset of POLICY_REWARDS) with the policy `actor` (an engine or HF LM).
+
+    `pref` needs args.reward_model_name_or_path; the caller decides whether a missing one is an error or a skip.
+    """
+
+    def __init__(self, names, args, actor, tokenizer):
+        unknown = [n for n in names if n not in POLICY_REWARDS]
+        if unknown:
+            raise ValueError(f"not policy rewards: {unknown}; choose from {POLICY_REWARDS}")
+        self.names, self.args, self.actor, self.tokenizer = list(names), args, actor, tokenizer
+        self.format = FormatReward(args.format_style)
+        self.preference = None
+        if "pref" in self.names:
+            from rewards.preference import PreferenceReward
+            self.preference = PreferenceReward(args.reward_model_name_or_path, device=actor.device)
+
+    def raw(self, batch):
+        """({name: Tensor[n]} on each reward's own scale, final hidden state Tensor[n, H]) for this rank's rows.
+
+        raw ppl is log P_r (NaN where the row has no reference answer), raw ent the mean token entropy.
+        """
+        a, micro = self.args, self.args.per_device_train_micro_batch_size
+        was_training = self.actor.training
+        self.actor.eval()
+        entropy, hidden = entropy_and_last_hidden(self.actor, batch.input_ids, batch.attention_mask, batch.prompt_len,
+                                                  batch.response_mask, a.temperature, micro)
+        raw = {}
+        for name in self.names:
+            if name == "fmt":
+                raw[name] = torch.tensor([self.format(None, c, None) for c in batch.completions])
+            elif name == "len":
+                lengths = batch.response_mask.sum(1).long().tolist()
+                raw[name] = torch.tensor([linear_length_score(n, a.len_min, a.len_max) for n in lengths])
+            elif name == "ent":
+                raw[name] = entropy
+            elif name == "ppl":
+                raw[name] = self.reasoning_log_perplexity(batch)
+            else:
+                raw[name] = self.preference.score(batch.prompts, batch.completions)
+        if was_training:
+            self.actor.train()
+        return {k: v.float().cpu() for k, v in raw.items()}, hidden
+
+    def reasoning_log_perplexity(self, batch) -> torch.Tensor:
+        """NOVER's log P_r per row: mean NLL of the reference answer after the reasoning, / N(|t|)."""
+        p, a = batch.prompt_len, self.args
+        examples = [nover_example(self.tokenizer, batch.input_ids[i, :p][batch.attention_mask[i, :p].bool()].tolist(),
+                                  completion, sample.get(a.answer_key), a.format_style)
+                    for i, (completion, sample) in enumerate(zip(batch.completions, batch.samples))]
+        nll = reference_nll(self.actor, [c for c, _, _ in examples], [g for _, g, _ in examples],
+                            self.tokenizer.pad_token_id, self.actor.device, a.per_device_train_micro_batch_size)
+        return nll / torch.tensor([nover_length_factor(t) for _, _, t in examples])
+
+
+def normalise(raw: dict, group_ids: torch.Tensor) -> dict:
+    """Each reward on [0, 1], higher better: ppl / ent / pref signed and rank-normalised within each group."""
+    return {k: group_rank_normalize(SIGNS[k] * v, group_ids) if k in SIGNS else v for k, v in raw.items()}

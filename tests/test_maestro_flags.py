@@ -1,0 +1,53 @@
+"""rl/maestro_flags.py: the open-domain rewards as --reward_funcs for any method, the Conductor recipes, the weight
+ablations and the KL-in-reward flag, as train.py parses them."""
+import pytest
+
+from rl.config import build_parser, parse_args
+
+
+def parse(tiny_model_dir, *argv):
+    return parse_args(["--model_name_or_path", tiny_model_dir, *argv])
+
+
+def refused(tiny_model_dir, capsys, *argv):
+    with pytest.raises(SystemExit) as exc:
+        parse(tiny_model_dir, *argv)
+    return str(exc.value) + capsys.readouterr().err
+
+
+@pytest.mark.parametrize("funcs", ["ppl", "ent", "fmt,len", "correctness,ppl"])
+def test_open_domain_rewards_are_ordinary_reward_funcs_for_grpo(funcs, tiny_model_dir):
+    """NOVER is --algo grpo --reward_funcs ppl, EM-GRPO is --reward_funcs ent."""
+    assert parse(tiny_model_dir, "--algo", "grpo", "--reward_funcs", funcs).reward_funcs == funcs.split(",")
+
+
+def test_pref_as_a_reward_func_needs_a_reward_model(tiny_model_dir, capsys):
+    assert "pass --reward_model_name_or_path" in refused(tiny_model_dir, capsys, "--reward_funcs", "pref")
+
+
+def test_paper_recipe_is_the_default_and_small_is_a_flagged_deviation(tiny_model_dir):
+    paper = parse(tiny_model_dir, "--algo", "maestro", "--env", "mixed")
+    assert (paper.maestro_hidden_norm, paper.maestro_lr, paper.maestro_update_interval) == ("none", 5e-5, 3)
+    small = parse(tiny_model_dir, "--algo", "maestro", "--env", "mixed", "--maestro_recipe", "small")
+    assert (small.maestro_hidden_norm, small.maestro_lr, small.maestro_update_interval) == ("l2", 2e-2, 1)
+    mixed = parse(tiny_model_dir, "--algo", "maestro", "--env", "mixed", "--maestro_recipe", "small",
+                  "--maestro_update_interval", "2")
+    assert (mixed.maestro_lr, mixed.maestro_update_interval) == (2e-2, 2)  # an explicit flag wins over the recipe
+
+
+def test_both_random_ablations_are_offered(tiny_model_dir):
+    for weights in ("random", "random_action", "equal", "conductor"):
+        assert parse(tiny_model_dir, "--algo", "maestro", "--env", "mixed", "--maestro_weights", weights).maestro_weights == weights
+
+
+def test_kl_in_reward_is_off_by_default_and_maestro_only(tiny_model_dir, capsys):
+    assert parse(tiny_model_dir, "--algo", "maestro", "--env", "mixed").maestro_kl_in_reward == 0.0
+    assert "needs --algo maestro" in refused(tiny_model_dir, capsys, "--maestro_kl_in_reward", "0.1")
+    assert ">= 0" in refused(tiny_model_dir, capsys, "--algo", "maestro", "--env", "mixed", "--maestro_kl_in_reward", "-1")
+
+
+def test_help_labels_the_emphasis_weights_as_credos_reading():
+    helps = {a.dest: a.help for a in build_parser()._actions}
+    assert "credo's reading" in helps["maestro_emphasis"] and "paper: 0.5" not in helps["maestro_emphasis"]
+    assert "Dirichlet(1)" in helps["maestro_weights"]
+    assert "figure 2: 0.1" in helps["maestro_kl_in_reward"]
