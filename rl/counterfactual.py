@@ -31,7 +31,7 @@ def turn_surprisal(logp: torch.Tensor, turn_ids: torch.Tensor, num_turns: int) -
 def candidate_turns(turn_scores: torch.Tensor, args) -> torch.Tensor:
     """Tensor[N, T] bool: the turns that may get counterfactuals, TCPO's eligible turns (non-improving and before
     success): a turn after a solution has preservation/regression credit, and tcpo() would ignore its cf."""
-    return eligible_turns(turn_scores, args.tcpo_tau, args.tcpo_first_turn_prior)
+    return eligible_turns(turn_scores, args.tcpo_tau, getattr(args, "tcpo_first_turn_prior", "zero"))
 
 
 @torch.no_grad()

@@ -27,5 +27,5 @@ def env_kwargs(args, env_cls) -> dict:
     """What an env constructor gets for the episode end: only verify-and-refine envs take it (a user's Env with its
     own constructor is not handed a keyword it never asked for)."""
     if getattr(env_cls, "supports_episode_end", False):
-        return {"episode_end": args.episode_end}
+        return {"episode_end": getattr(args, "episode_end", "success")}
     return {}
