@@ -28,9 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("method and data")
     g.add_argument("--algo", choices=ALGOS, default="grpo", help="credit-assignment method")
     g.add_argument("--env", default="arith",
-                   help="environment: arith (synthetic sums, CPU default), math (math-verify on --data_path rows), code "
-                        "(sandboxed tests as feedback), mixed (arith + free-form, for MAESTRO), appworld (tool-use "
-                        "tasks), or your own Env subclass as package.module:Class (envs/README.md)")
+                   help="environment: arith (synthetic sums, CPU default), arith_multi (three sums, graded score), math "
+                        "(math-verify on --data_path rows), code (sandboxed tests as feedback), mixed (arith + "
+                        "free-form, for MAESTRO), appworld (tool-use tasks), or your own Env subclass as "
+                        "package.module:Class (envs/README.md)")
     g.add_argument("--model_name_or_path", default=DEFAULT_MODEL_DIR,
                    help="HF causal LM folder or hub id; default: SmolLM2-135M-Instruct converted by scripts/setup.sh")
     g.add_argument("--data_path", default=None,

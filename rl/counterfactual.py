@@ -3,8 +3,8 @@ the same history and compare the turn's score with theirs.
 
 cf[i, k] = r[i, k] - mean(score of M alternatives for turn k of trajectory i), left NaN when the alternatives all
 scored the same (no information) or the turn was not selected. Selection is per rank: the --tcpo_cf_budget
-eligible turns (non-improving and before success, rl/advantages/tcpo.py) of this rank's batch with the highest surprisal (mean NLL of the turn's tokens under the
-rollout policy), or random ones for the ablation.
+eligible turns (non-improving and before success, as rl/advantages/tcpo.py defines them) of this rank's batch with
+the highest surprisal (mean NLL of the turn's tokens under the rollout policy), or random ones for the ablation.
 """
 import random
 import time
