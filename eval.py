@@ -18,9 +18,11 @@ import torch
 from tqdm import tqdm
 
 from envs import ENVS, env_class
+from envs.base import EPISODE_ENDS
 from rl.config import DECODE_LOOPS, is_local_model_path
 from rl.data import DataError, load_rows
 from rl.data_files import data_paths
+from rl.episode_end import check_env_supports, env_kwargs
 from rl.episodes import run_episodes
 from rl.evaluation import aggregate, markdown_table, model_label, setting_differences
 from rl.models import DEFAULT_MODEL_DIR, load_tokenizer
@@ -51,6 +53,10 @@ def build_parser():
     p.add_argument("--n", type=int, default=1, help="samples per problem")
     p.add_argument("--k", default="1", help="comma list of k for pass@k (each <= n)")
     p.add_argument("--max_turns", type=int, default=1, help="verify-and-refine turns per sample")
+    p.add_argument("--episode_end", choices=EPISODE_ENDS, default="success",
+                   help="verify-and-refine envs: stop a sample at its first correct turn, or play every --max_turns "
+                        "turn (train.py's default for tcpo and mt_grpo; best-turn and final-turn pass@k then differ "
+                        "by the solutions later turns broke, see regression_rate)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top_p", type=float, default=1.0, help="nucleus sampling (1 = off)")
     p.add_argument("--top_k", type=int, default=0, help="top-k sampling (0 = off)")
@@ -110,6 +116,8 @@ def validate(args):
         args.env_cls = env_class(args.env)
     except KeyError as exc:
         bad(exc.args[0])
+    args.episode_end_given = args.episode_end
+    check_env_supports(args, args.env_cls, bad)
 
 
 def eval_rows(args) -> list:
@@ -144,7 +152,8 @@ def evaluate(model, tokenizer, rows, args, show_progress: bool = True, indices: 
     indices = list(range(len(rows))) if indices is None else indices
     verifier = args.env_cls.make_verifier(answer_key=args.answer_key)
     samples = [(p, row) for p, row in enumerate(rows) for _ in range(args.n)]
-    problems = [{"id": row.get("id", i), "answer": row.get(args.answer_key), "correct_by_turn": [], "responses": []}
+    problems = [{"id": row.get("id", i), "answer": row.get(args.answer_key), "correct_by_turn": [],
+                 "score_by_turn": [], "responses": []}
                 for i, row in zip(indices, rows)]
     done = correct = 0
     # One update per batch, rated over the whole run (smoothing=0): per-problem updates all land at the end of a
@@ -154,7 +163,7 @@ def evaluate(model, tokenizer, rows, args, show_progress: bool = True, indices: 
     for start in range(0, len(samples), args.batch_size):
         chunk = samples[start:start + args.batch_size]
         envs = [args.env_cls(verifier=verifier, prompt_key=args.prompt_key, answer_key=args.answer_key,
-                             max_turns=args.max_turns) for _ in chunk]
+                             max_turns=args.max_turns, **env_kwargs(args, args.env_cls)) for _ in chunk]
         batch = run_episodes(model, tokenizer, envs, [row for _, row in chunk], torch.tensor([p for p, _ in chunk]),
                              lambda env, text: env.step(text), args, {})
         for (p, _), env, scores, conversation in zip(chunk, envs, batch.turn_scores.tolist(), batch.conversations):
@@ -163,6 +172,7 @@ def evaluate(model, tokenizer, rows, args, show_progress: bool = True, indices: 
             if record:
                 problems[p].setdefault("episodes", []).append({**record, "sample": len(problems[p]["correct_by_turn"])})
             problems[p]["correct_by_turn"].append([int(s >= 1.0 - 1e-6) for s in taken])
+            problems[p]["score_by_turn"].append(taken)
             problems[p]["responses"].append([m["content"] for m in conversation if m["role"] == "assistant"])
             if len(problems[p]["correct_by_turn"]) == args.n:
                 done += 1

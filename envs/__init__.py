@@ -1,6 +1,7 @@
 """Environments: reset(sample) -> chat messages; step(model_text) -> StepResult. Registry by --env name."""
 from envs.base import Env, StepResult, ENVS, env_class, make_env, register_env
 import envs.arith  # noqa: F401  (registers "arith")
+import envs.arith_multi  # noqa: F401  (registers "arith_multi": three sums, graded scores)
 import envs.math_env  # noqa: F401  (registers "math")
 import envs.code_env  # noqa: F401  (registers "code")
 import envs.mixed  # noqa: F401  (registers "mixed": arithmetic + free-form, for MAESTRO)

@@ -5,6 +5,10 @@ from rl.dotted import load_dotted
 
 ENVS = {}
 RETRY_FEEDBACK = "That answer is not correct. Check your work and try again."
+# --episode_end max_turns: what follows a correct turn. It never restates the answer (the model sees its own).
+SOLVED_FEEDBACK = ("That answer is correct. You may keep it or improve it; give your final answer again in the same "
+                   "format.")
+EPISODE_ENDS = ("success", "max_turns")
 
 
 @dataclass
@@ -67,11 +71,22 @@ class Env:
 
 
 class VerifyAndRefineEnv(Env):
-    """Ask; score each answer with the verifier; while it is wrong and turns remain, say so and ask again.
+    """Ask; score each answer with the verifier; say whether it is right and ask again while the episode lasts.
 
-    The feedback never contains the answer. Subclasses give `first_message(sample)` and a verifier
-    fn(prompt, completion, sample) -> score in [0, 1].
+    `episode_end` (--episode_end): "success" ends the episode at the first full-marks turn; "max_turns" plays every
+    turn (TCPO's and MT-GRPO's protocol), a correct turn getting SOLVED_FEEDBACK, so that a later turn can keep the
+    solution or break it. The feedback never contains the answer. Subclasses give `first_message(sample)` and a
+    verifier fn(prompt, completion, sample) -> score in [0, 1]; they may override `retry_feedback` (what a turn
+    short of full marks is told) and `verdict` (its score and that detail).
     """
+    supports_episode_end = True
+    solved_feedback = SOLVED_FEEDBACK
+
+    def __init__(self, episode_end: str = "success", **kwargs):
+        super().__init__(**kwargs)
+        if episode_end not in EPISODE_ENDS:
+            raise ValueError(f"episode_end must be one of {EPISODE_ENDS}, got {episode_end!r}")
+        self.episode_end = episode_end
 
     def first_message(self, sample: dict) -> str:
         raise NotImplementedError
@@ -83,11 +98,20 @@ class VerifyAndRefineEnv(Env):
     def score_turn(self, model_text: str) -> float:
         return float(self.verifier(None, model_text, self.sample))
 
+    def verdict(self, model_text: str) -> tuple:
+        """(score, detail for the feedback or None)."""
+        return self.score_turn(model_text), None
+
+    def retry_feedback(self, score: float, detail) -> str:
+        return RETRY_FEEDBACK
+
     def step(self, model_text: str) -> StepResult:
-        score = self.score_turn(model_text)
+        score, detail = self.verdict(model_text)
         self.turn += 1
-        done = score >= 1.0 or self.turn >= self.max_turns
-        observation = [] if done else [{"role": "user", "content": RETRY_FEEDBACK}]
+        solved = score >= 1.0
+        done = self.turn >= self.max_turns or (solved and self.episode_end == "success")
+        feedback = self.solved_feedback if solved else self.retry_feedback(score, detail)
+        observation = [] if done else [{"role": "user", "content": feedback}]
         return StepResult(observation=observation, score=score, components={"correctness": score}, done=done,
                           info={"turn": self.turn})
 

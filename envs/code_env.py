@@ -7,7 +7,7 @@ Rows: MBPP style (`prompt`, `test_list`, optional `test_imports`) or HumanEval s
 """
 import re
 
-from envs.base import StepResult, VerifyAndRefineEnv, register_env
+from envs.base import VerifyAndRefineEnv, register_env
 from rewards.code import run_tests
 
 _FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
@@ -56,13 +56,14 @@ class CodeEnv(VerifyAndRefineEnv):
     def first_message(self, sample: dict) -> str:
         return f"{sample[self.prompt_key]}\n\n{INSTRUCTION}"
 
-    def step(self, model_text: str) -> StepResult:
-        score, feedback = self.verifier.run(model_text, self.sample)
-        self.turn += 1
-        done = score >= 1.0 or self.turn >= self.max_turns
-        observation = [] if done else [{"role": "user", "content": f"Some tests failed.\n{feedback}\nFix the code."}]
-        return StepResult(observation=observation, score=score, components={"correctness": score}, done=done,
-                          info={"turn": self.turn})
+    solved_feedback = ("All tests passed. You may keep this code or improve it; give the whole solution again in a "
+                       "```python code block.")
+
+    def verdict(self, model_text: str) -> tuple:
+        return self.verifier.run(model_text, self.sample)
+
+    def retry_feedback(self, score: float, detail) -> str:
+        return f"Some tests failed.\n{detail}\nFix the code."
 
     def score_turn(self, model_text: str) -> float:
         return self.verifier.run(model_text, self.sample)[0]

@@ -5,6 +5,8 @@ System knobs keep DeepSpeed-Chat's names; method knobs keep verl/TRL names.
 import argparse
 import os
 
+from rl.advantages.tcpo import FIRST_TURN_PRIORS
+from rl.episode_end import EPISODE_END_CHOICES, check_env_supports, resolve_episode_end
 from rl.loss import KL_TYPES, LOSS_AGG_MODES
 from rl.models import DEFAULT_MODEL_DIR
 from rl.run_config import DEFAULT_SAVE_STEPS, SAVE_COST
@@ -26,9 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("method and data")
     g.add_argument("--algo", choices=ALGOS, default="grpo", help="credit-assignment method")
     g.add_argument("--env", default="arith",
-                   help="environment: arith (synthetic sums, CPU default), math (math-verify on --data_path rows), code "
-                        "(sandboxed tests as feedback), mixed (arith + free-form, for MAESTRO), appworld (tool-use "
-                        "tasks), or your own Env subclass as package.module:Class (envs/README.md)")
+                   help="environment: arith (synthetic sums, CPU default), arith_multi (three sums, graded score), math "
+                        "(math-verify on --data_path rows), code (sandboxed tests as feedback), mixed (arith + "
+                        "free-form, for MAESTRO), appworld (tool-use tasks), or your own Env subclass as "
+                        "package.module:Class (envs/README.md)")
     g.add_argument("--model_name_or_path", default=DEFAULT_MODEL_DIR,
                    help="HF causal LM folder or hub id; default: SmolLM2-135M-Instruct converted by scripts/setup.sh")
     g.add_argument("--data_path", default=None,
@@ -86,6 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("multi-turn (verify and refine) and turn-level credit")
     g.add_argument("--max_turns", type=int, default=1,
                    help="turns per episode: after a wrong answer the env gives feedback and the model tries again")
+    g.add_argument("--episode_end", choices=EPISODE_END_CHOICES, default="auto",
+                   help="verify-and-refine envs: end at the first success, or play every --max_turns turn (a correct "
+                        "turn is told so and may keep or improve its answer); auto = max_turns for tcpo and mt_grpo "
+                        "(their papers' protocol), success otherwise")
     g.add_argument("--traj_score", choices=("final", "best"), default="final",
                    help="trajectory reward for trajectory-level methods (grpo, gdpo, dara) on multi-turn envs")
     g.add_argument("--mt_grpo_lambda", type=float, default=1.0, help="MT-GRPO weight of the turn-level advantage")
@@ -100,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="TCPO: pick counterfactual turns by highest surprisal (topl) or at random (ablation)")
     g.add_argument("--tcpo_cf_samples", type=int, default=4, help="TCPO: alternatives sampled per counterfactual turn")
     g.add_argument("--tcpo_cf_mix", type=float, default=0.5, help="TCPO: weight of the counterfactual in the delayed term")
+    g.add_argument("--tcpo_first_turn_prior", choices=FIRST_TURN_PRIORS, default="zero",
+                   help="TCPO (credo's reading; the paper has no code): the prior best before turn 1; zero = 0 (a "
+                        "partial first turn is an improvement), none = no retrospective credit at turn 1")
     g.add_argument("--tcpo_no_retro", action="store_true", help="TCPO ablation: drop the retrospective term")
     g.add_argument("--tcpo_no_hind", action="store_true", help="TCPO ablation: drop the hindsight/counterfactual term")
 
@@ -313,6 +323,8 @@ def validate(args) -> None:
         env_cls = env_class(args.env)
     except KeyError as exc:
         bad(exc.args[0])
+    args.episode_end_given, args.episode_end = args.episode_end, resolve_episode_end(args.episode_end, args.algo)
+    check_env_supports(args, env_cls, bad)
     if args.data_path is None and env_cls.dataset("train", 1, args.seed) is None:
         bad(f"--env {args.env} has no data of its own: pass --data_path")
     if is_local_model_path(args.model_name_or_path):

@@ -3,8 +3,8 @@ the same history and compare the turn's score with theirs.
 
 cf[i, k] = r[i, k] - mean(score of M alternatives for turn k of trajectory i), left NaN when the alternatives all
 scored the same (no information) or the turn was not selected. Selection is per rank: the --tcpo_cf_budget
-non-improving turns of this rank's batch with the highest surprisal (mean NLL of the turn's tokens under the
-rollout policy), or random ones for the ablation.
+eligible turns (non-improving and before success, as rl/advantages/tcpo.py defines them) of this rank's batch with
+the highest surprisal (mean NLL of the turn's tokens under the rollout policy), or random ones for the ablation.
 """
 import random
 import time
@@ -12,6 +12,7 @@ import time
 import torch
 
 from rl import dist
+from rl.advantages.tcpo import eligible_turns
 from rl.batching import batched_response_logprobs
 from rl.rollout import eos_ids, lockstep, sample_turn
 
@@ -27,11 +28,10 @@ def turn_surprisal(logp: torch.Tensor, turn_ids: torch.Tensor, num_turns: int) -
     return out
 
 
-def non_improving(turn_scores: torch.Tensor) -> torch.Tensor:
-    """Tensor[N, T] bool: present turns that did not beat the best earlier turn (the first turn: prior best 0)."""
-    filled = torch.nan_to_num(turn_scores, nan=float("-inf"))
-    prior = torch.cat([torch.zeros_like(filled[:, :1]), torch.cummax(filled, 1).values[:, :-1].clamp(min=0)], 1)
-    return ~torch.isnan(turn_scores) & (turn_scores <= prior)
+def candidate_turns(turn_scores: torch.Tensor, args) -> torch.Tensor:
+    """Tensor[N, T] bool: the turns that may get counterfactuals, TCPO's eligible turns (non-improving and before
+    success): a turn after a solution has preservation/regression credit, and tcpo() would ignore its cf."""
+    return eligible_turns(turn_scores, args.tcpo_tau, getattr(args, "tcpo_first_turn_prior", "zero"))
 
 
 @torch.no_grad()
@@ -44,7 +44,7 @@ def counterfactuals(engine, tokenizer, batch, score_fn, args, timings) -> tuple:
     t0 = time.perf_counter()
     n, num_turns = batch.turn_scores.shape
     cf = torch.full((n, num_turns), float("nan"))
-    candidates = non_improving(batch.turn_scores)
+    candidates = candidate_turns(batch.turn_scores, args)
     # Every rank of a ZeRO-3 engine must make the same forward/generate calls (each gathers parameters
     # collectively), so a rank without candidates still takes part when another rank has some.
     any_candidates = candidates.any() if not lockstep(engine) else \

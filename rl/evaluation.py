@@ -1,10 +1,15 @@
-import os
 """Evaluation metrics over sampled (multi-turn) attempts: pass@k, best-turn pass@k, success by turn.
 
-Each problem has n samples; each sample has `correct_by_turn`, one 0/1 per turn it took. A sample's *final*
-correctness is its last turn's; its *best-turn* correctness is whether any turn was correct.
+Each problem has n samples; each sample has `correct_by_turn`, one 0/1 per turn it took (and optionally
+`score_by_turn`, the verifier's graded score of each turn). A sample's *final* correctness is its last turn's; its
+*best-turn* correctness is whether any turn was correct. Under --episode_end success the two agree (an episode stops
+at its first success); under --episode_end max_turns they differ by the solutions later turns broke, which is what
+`regression_rate` counts.
 """
+import os
 from math import comb
+
+from rl.refinement_metrics import transition_rates
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -19,7 +24,13 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 def aggregate(problems: list, ks: list, max_turns: int) -> dict:
     """Metrics (fractions in [0, 1]) averaged over problems.
 
-    problems: [{"correct_by_turn": [[0, 1], [0, 0], ...]}, ...] with the same n for every problem.
+    problems: [{"correct_by_turn": [[0, 1], [0, 0], ...], optional "score_by_turn": [[0.3, 1.0], ...]}, ...] with the
+    same n for every problem.
+
+    pass@k is the final turn's (also `final_turn_pass@k` with max_turns > 1, to sit next to best_turn_pass@k);
+    preservation_rate / regression_rate: of the turns that followed a correct turn, the share still / no longer
+    correct (NaN when no turn followed a correct one, as under --episode_end success); avg_turns_to_success: the
+    mean first correct turn of the samples that had one; mean_final_score / mean_best_score: the graded scores.
     """
     if not problems:
         raise ValueError("no problems to aggregate")
@@ -33,6 +44,8 @@ def aggregate(problems: list, ks: list, max_turns: int) -> dict:
     for k in ks:
         metrics[f"pass@{k}"] = sum(pass_at_k(n, sum(f), k) for f in finals) / len(problems)
         metrics[f"best_turn_pass@{k}"] = sum(pass_at_k(n, sum(b), k) for b in bests) / len(problems)
+        if max_turns > 1:
+            metrics[f"final_turn_pass@{k}"] = metrics[f"pass@{k}"]
     samples = [s for p in problems for s in p["correct_by_turn"]]
     first_success = [next((t for t, ok in enumerate(s) if ok), None) for s in samples]
     for k in range(max_turns):
@@ -41,6 +54,13 @@ def aggregate(problems: list, ks: list, max_turns: int) -> dict:
     metrics["avg_turns_to_success"] = sum(solved) / len(solved) if solved else float("nan")
     metrics["success_rate"] = len(solved) / len(samples)
     metrics[f"mean@{n}"] = sum(sum(f) for f in finals) / len(samples)
+    if max_turns > 1:
+        rates = transition_rates(samples)
+        metrics["preservation_rate"], metrics["regression_rate"] = rates["preservation_rate"], rates["regression_rate"]
+    graded = [s for p in problems for s in p.get("score_by_turn", [])]
+    if graded:
+        metrics["mean_final_score"] = sum(s[-1] if s else 0.0 for s in graded) / len(graded)
+        metrics["mean_best_score"] = sum(max(s) if s else 0.0 for s in graded) / len(graded)
     return metrics
 
 
@@ -88,7 +108,7 @@ def markdown_table(metrics: dict, other: dict = None, names=("this run", "other"
 
 
 # What decides an evaluation's numbers besides the model: two results that differ in one of these are not comparable.
-EVAL_SETTINGS = ("env", "data_path", "limit", "n", "k", "max_turns", "temperature", "top_p", "top_k",
+EVAL_SETTINGS = ("env", "data_path", "limit", "n", "k", "max_turns", "episode_end", "temperature", "top_p", "top_k",
                  "max_answer_seq_len", "max_prompt_seq_len", "seed", "dtype")
 
 

@@ -13,6 +13,7 @@ from rewards.policy_rewards import POLICY_REWARDS, PolicyRewards, normalise
 from rewards.registry import CORRECTNESS, reward_spec
 from rl import dist
 from rl.advantages.stats import group_mean_std
+from rl.episode_end import env_kwargs
 from rl.errors import RewardFailure, TrainingAborted
 
 SUCCESS_THRESHOLD = 1.0 - 1e-6  # a response "succeeds" when its verifier score is full marks
@@ -45,7 +46,8 @@ class Scorer:
 
     def new_env(self):
         return self.env_cls(verifier=self.shared_verifier, prompt_key=self.args.prompt_key,
-                            answer_key=self.args.answer_key, max_turns=self.args.max_turns)
+                            answer_key=self.args.answer_key, max_turns=self.args.max_turns,
+                            **env_kwargs(self.args, self.env_cls))
 
     def safe_step(self, env, text: str) -> StepResult:
         """env.step under the verifier's timeout and counters; a failure ends the episode with score 0."""

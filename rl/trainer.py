@@ -23,6 +23,7 @@ from rl.loss import policy_loss
 from rl.metrics import MetricsLogger
 from rl.models import load_tokenizer
 from rl.episodes import run_episodes
+from rl.refinement_metrics import refinement_metrics
 from rl.batching import batched_response_logprobs, micro_batches
 from rl.rollout import make_rollout_backend, response_logprobs
 from rl.rollout_vllm import SamplerMismatch
@@ -253,6 +254,8 @@ class Trainer:
         batch, inputs, method_metrics = self.advantages(batch, timings)
         method_metrics.update(hook_metrics)
         metrics = self.scorer.metrics(inputs)
+        if inputs.turn_scores.shape[1] > 1:  # preservation/regression rates, best- and final-turn success
+            metrics.update(refinement_metrics(inputs.turn_scores))
         metrics["response_length/mean"] = inputs.lengths.float().mean().item()
         metrics["response_length/max"] = inputs.lengths.max().item()
         metrics.update(method_metrics)

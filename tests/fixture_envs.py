@@ -66,3 +66,11 @@ class PartsEnv(DigitFractionEnv):
         digits = sum(c.isdigit() for c in model_text) / max(len(model_text), 1)
         return StepResult(observation=[], score=digits, components={"digits": digits, "brevity": 1.0}, done=True,
                           info={"chars": len(model_text), "solved": digits >= 1.0, "note": "text is not a metric"})
+
+
+class FirstTurnSolvedEnv(ArithEnv):
+    """Turn 1 is always solved; a later turn keeps the solution when the response has an even number of characters
+    and breaks it otherwise, so a random tiny model both preserves and regresses (TCPO's pres and reg credit)."""
+
+    def score_turn(self, model_text):
+        return 1.0 if self.turn == 0 or len(model_text) % 2 == 0 else 0.0

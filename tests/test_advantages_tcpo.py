@@ -1,10 +1,12 @@
-import math
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from rl.advantages.mt_grpo import mt_grpo
-from rl.advantages.tcpo import tcpo
+from envs import make_env
+from envs.arith import make_arith_split
+from rl.advantages.tcpo import eligible_turns, tcpo
+from rl.counterfactual import candidate_turns
 
 NAN = float("nan")
 
@@ -83,14 +85,65 @@ def test_ablation_switches_drop_their_part():
     assert tcpo(torch.tensor([[0.3, 0.3]] * 3), groups).abs().sum().item() == 0.0  # identical trajectories
 
 
-def test_mt_grpo_adds_the_turn_term_to_the_outcome_advantage():
-    scores = torch.tensor([[0.0, 1.0], [0.0, 0.0], [1.0, NAN]])
-    groups = torch.tensor([0, 0, 0])
-    adv = mt_grpo(scores, groups, lam=1.0, eps=0.0)
-    outcome = torch.tensor([1.0, 0.0, 1.0])  # the last present turn
-    z_out = (outcome - outcome.mean()) / outcome.std()
-    z_t1 = (scores[:, 0] - scores[:, 0].mean()) / scores[:, 0].std()
-    z_t2 = torch.tensor([1.0, -1.0]) / math.sqrt(0.5) * 0.5  # turn 2 among the two that have it
-    assert adv[:, 0].tolist() == pytest.approx((z_out + z_t1).tolist(), rel=1e-5, abs=1e-6)
-    assert adv[:2, 1].tolist() == pytest.approx((z_out[:2] + z_t2).tolist(), rel=1e-5, abs=1e-6)
-    assert adv[2, 1].item() == 0.0
+def play(env_name, row, texts, episode_end):
+    """Turn scores of one scripted episode (NaN after it ended), as rl/episodes.py records them."""
+    env = make_env(env_name, max_turns=len(texts), episode_end=episode_end)
+    env.reset(row)
+    scores = [NAN] * len(texts)
+    for k, text in enumerate(texts):
+        result = env.step(text)
+        scores[k] = result.score
+        if result.done:
+            break
+    return scores
+
+
+def test_preservation_and_regression_credit_fire_with_their_signs_when_a_solution_can_be_broken():
+    """Arith under --episode_end max_turns: a solved answer can be kept (A), broken (B) or never found (C)."""
+    row = make_arith_split("train", 1, 0)[0]
+    right, wrong = f"\\boxed{{{row['answer']}}}", "\\boxed{-1}"
+    scripts = {"keeps": [right, right, right], "breaks": [right, wrong, wrong], "fails": [wrong, wrong, right]}
+    scores = torch.tensor([play("arith", row, s, "max_turns") for s in scripts.values()])
+    assert scores.tolist() == [[1, 1, 1], [1, 0, 0], [0, 0, 1]]  # every episode played its 3 turns
+    adv, p = tcpo(scores, torch.tensor([0, 0, 0]), beta_pres=0.1, beta_reg=1.0, return_parts=True)
+    assert p["pres"][0, 1:].tolist() == pytest.approx([0.1, 0.1])       # kept: bonus on each later turn
+    assert p["reg"][1, 1:].tolist() == pytest.approx([-1.0, -1.0])      # broken: penalty, still below the best
+    assert p["pres"][1].abs().sum() == 0 and p["reg"][0].abs().sum() == 0 and p["reg"][2].abs().sum() == 0
+    assert adv[0, 1] > 0 > adv[1, 1]  # keeping the solution beats breaking it at the same turn
+    # the same scripts under --episode_end success stop at the first solution: nothing to preserve or break
+    stopped = torch.tensor([play("arith", row, s, "success") for s in scripts.values()])
+    assert torch.isnan(stopped[0, 1:]).all() and torch.isnan(stopped[1, 1:]).all()
+    _, q = tcpo(stopped, torch.tensor([0, 0, 0]), return_parts=True)
+    assert q["pres"].abs().sum() == 0 and q["reg"].abs().sum() == 0
+
+
+def test_first_turn_prior_none_gives_the_first_turn_no_retrospective_credit_and_hindsight_instead():
+    scores = torch.tensor([[0.5, 1.0], [0.0, 0.0]])
+    groups = torch.tensor([0, 0])
+    _, zero = tcpo(scores, groups, first_turn_prior="zero", return_parts=True)
+    assert zero["imp"][:, 0].tolist() == [0.5, 0.0]     # prior 0: the partial first turn is an improvement
+    assert zero["hind"][:, 0].tolist() == [0.0, 0.0]    # and so not eligible: trajectory 1 has no eligible peer
+    _, none = tcpo(scores, groups, first_turn_prior="none", return_parts=True)
+    assert none["imp"][:, 0].tolist() == [0.0, 0.0]
+    assert none["hind"][:, 0].tolist() == pytest.approx([1.0, -1.0])  # future best 1 vs 0, relative to the peer
+    assert none["imp"][:, 1].tolist() == pytest.approx([0.5, 0.0])     # later turns unchanged
+    with pytest.raises(ValueError, match="first_turn_prior"):
+        tcpo(scores, groups, first_turn_prior="half")
+
+
+def test_counterfactual_is_used_on_eligible_turns_only():
+    # turn 2 of trajectory 0 follows a solution (not eligible); turn 2 of trajectory 1 is 0 -> 0 (eligible)
+    scores = torch.tensor([[1.0, 1.0], [0.0, 0.0], [0.0, 0.0]])
+    cf = torch.tensor([[NAN, 0.5], [NAN, 0.3], [NAN, NAN]])
+    _, p = tcpo(scores, torch.tensor([0, 0, 0]), counterfactual=cf, return_parts=True)
+    assert p["cf"][:, 1].tolist() == pytest.approx([0.0, 0.3, 0.0])
+
+
+def test_counterfactual_candidates_are_non_improving_turns_before_success():
+    scores = torch.tensor([[0.0, 1.0, 1.0], [1.0, 0.0, 1.0], [0.5, 0.5, NAN]])
+    args = SimpleNamespace(tcpo_tau=1.0, tcpo_first_turn_prior="zero")
+    expected = [[True, False, False],    # 0 at turn 1 is non-improving; turns after the solution are not eligible
+                [False, False, False],   # solved at turn 1: everything after is preservation/regression
+                [False, True, False]]    # 0.5 -> 0.5 is non-improving and unsolved; no turn 3
+    assert candidate_turns(scores, args).tolist() == expected
+    assert eligible_turns(scores).tolist() == expected

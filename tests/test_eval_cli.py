@@ -38,6 +38,27 @@ def test_multi_turn_sampled_eval_writes_a_valid_results_file(tiny_model_dir, tmp
     assert "difference" in again.stdout
 
 
+def test_episode_end_max_turns_plays_every_turn_and_reports_the_regression_rate(tiny_model_dir, tmp_path):
+    out = tmp_path / "eval"
+    proc = run_eval(["--model_name_or_path", tiny_model_dir, "--env", "tests.fixture_envs:DigitFractionEnv",
+                     "--limit", "3", "--n", "2", "--k", "1,2", "--max_turns", "3", "--episode_end", "max_turns",
+                     "--temperature", "1.0", "--max_new_tokens", "4", "--output_dir", str(out)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((out / "results.json").read_text())
+    for problem in result["problems"]:
+        assert [len(turns) for turns in problem["correct_by_turn"]] == [3, 3]  # no sample stopped early
+        assert [len(turns) for turns in problem["score_by_turn"]] == [3, 3]
+    for key in ("best_turn_pass@2", "final_turn_pass@2", "regression_rate", "preservation_rate",
+                "avg_turns_to_success", "mean_final_score"):
+        assert key in result["metrics"], key
+    assert result["config"]["episode_end"] == "max_turns"
+
+
+def test_episode_end_max_turns_is_refused_for_an_env_that_ends_its_own_episodes(tiny_model_dir):
+    proc = run_eval(["--model_name_or_path", tiny_model_dir, "--env", "appworld", "--episode_end", "max_turns"])
+    assert proc.returncode != 0 and "--episode_end max_turns" in proc.stderr and "appworld" in proc.stderr
+
+
 def test_k_larger_than_n_is_refused(tiny_model_dir):
     proc = run_eval(["--model_name_or_path", tiny_model_dir, "--n", "2", "--k", "1,4", "--temperature", "1"])
     assert proc.returncode != 0 and "--k 4 is larger than --n 2" in proc.stderr

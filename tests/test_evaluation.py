@@ -43,3 +43,24 @@ def test_no_success_gives_nan_turns_and_compare_table_shows_differences():
     assert math.isnan(m["avg_turns_to_success"]) and m["success_rate"] == 0.0
     table = markdown_table({"pass@1": 0.5}, {"pass@1": 0.25}, names=("new", "old"))
     assert "| pass@1 | 0.5000 | 0.2500 | +0.2500 |" in table
+
+
+def test_under_max_turns_best_and_final_turn_differ_by_the_solutions_later_turns_broke():
+    # --episode_end max_turns, 3 turns: solved and kept; solved then broken; broken then solved again; never solved
+    problems = [{"correct_by_turn": [[1, 1, 1], [1, 0, 0], [1, 0, 1], [0, 0, 0]],
+                 "score_by_turn": [[1, 1, 1], [1, 0, 0], [1, 0.5, 1], [0, 0.5, 0]]}]
+    m = aggregate(problems, ks=[1, 2], max_turns=3)
+    assert m["best_turn_pass@1"] == pytest.approx(3 / 4)
+    assert m["final_turn_pass@1"] == m["pass@1"] == pytest.approx(2 / 4)
+    # pairs (correct at k, turn k + 1): kept 1->1 twice (sample 0), broken 1->0 (samples 1, 2), sample 2's 1 -> 1
+    # is not a pair (turn 2 was wrong), so 2 kept of 4
+    assert m["preservation_rate"] == pytest.approx(2 / 4) and m["regression_rate"] == pytest.approx(2 / 4)
+    assert m["avg_turns_to_success"] == pytest.approx(1.0)
+    assert m["mean_final_score"] == pytest.approx((1 + 0 + 1 + 0) / 4)
+    assert m["mean_best_score"] == pytest.approx((1 + 1 + 1 + 0.5) / 4)
+
+
+def test_rates_are_undefined_when_no_turn_follows_a_correct_one():
+    m = aggregate([{"correct_by_turn": [[0, 1], [1], [0, 0]]}], ks=[1], max_turns=2)  # --episode_end success
+    assert math.isnan(m["preservation_rate"]) and math.isnan(m["regression_rate"])
+    assert m["best_turn_pass@1"] == m["final_turn_pass@1"]

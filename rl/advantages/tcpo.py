@@ -1,16 +1,33 @@
 """TCPO: turn-level credit from verifier score histories in multi-turn verify-and-refine.
 
-The paper has no public code. This is our reading of it, every choice a flag (--tcpo_*):
-retrospective credit (improvement over the best earlier turn, a bonus for preserving a solution, a penalty for
+Retrospective credit (improvement over the best earlier turn, a bonus for preserving a solution, a penalty for
 regressing from one), hindsight credit for non-improving turns (how good the trajectory's future turned out,
 relative to peers of the same prompt at the same turn), optionally refined by a fixed-history counterfactual
 (the turn's score minus the mean score of alternative outputs sampled for that turn), normalised within each
 (prompt, turn index) group and discounted by an early-turn prior gamma^(k-1).
+
+Preservation and regression need turns after a solution: run with --episode_end max_turns (the default for
+--algo tcpo). Under --episode_end success the turns after a success are NaN and get no credit.
+
+The paper has no public code. Every choice below is credo's reading of it, each a flag:
+- prior best before the first turn (--tcpo_first_turn_prior): "zero" (default) takes m = 0, so any partial first
+  turn is an "improvement" of r[i, 1]; "none" gives the first turn no retrospective credit, and, having nothing to
+  improve on, it counts as eligible for hindsight (its credit is how its future went).
+- preservation bonus and regression penalty (--tcpo_beta_pres 0.1, --tcpo_beta_reg 1.0): pres = beta_pres when
+  solved before and r >= m; reg = -beta_reg * (m - r) when solved before and r < m. "Solved" = m >= --tcpo_tau.
+- eligible turns for the delayed credit: non-improving (d <= 0) and before success (m < tau), the paper's
+  definition; the hindsight peers and the counterfactual candidates (rl/counterfactual.py) are eligible turns only,
+  and a counterfactual passed for any other turn is ignored.
+- the counterfactual/hindsight mix (--tcpo_cf_mix 0.5): delayed = (1 - cf_mix) * hind + cf_mix * cf where a
+  counterfactual exists, hind elsewhere.
+- the early-turn prior (--tcpo_gamma 0.9): the normalised credit of turn k (from 1) is multiplied by gamma^(k-1).
 """
 import torch
 
 from rl.advantages.registry import register
 from rl.advantages.stats import group_zscore
+
+FIRST_TURN_PRIORS = ("zero", "none")
 
 
 def _prior_best(scores: torch.Tensor) -> torch.Tensor:
@@ -27,11 +44,26 @@ def _future_best(scores: torch.Tensor) -> torch.Tensor:
     return torch.flip(torch.cummax(torch.flip(filled, [1]), dim=1).values, [1])
 
 
+def eligible_turns(scores: torch.Tensor, tau: float = 1.0, first_turn_prior: str = "zero") -> torch.Tensor:
+    """Tensor[N, T] bool: the turns that get delayed (hindsight / counterfactual) credit: present, non-improving
+    (r <= prior best) and before success (prior best < tau). With first_turn_prior "none" every first turn is
+    eligible (it has no prior to improve on)."""
+    if first_turn_prior not in FIRST_TURN_PRIORS:
+        raise ValueError(f"first_turn_prior must be one of {FIRST_TURN_PRIORS}, got {first_turn_prior!r}")
+    r = scores.to(torch.float64)
+    present = ~torch.isnan(r)
+    m = _prior_best(r)
+    eligible = present & (r <= m) & (m < tau)
+    if first_turn_prior == "none":
+        eligible[:, 0] = present[:, 0]
+    return eligible
+
+
 @register("tcpo")
 def tcpo(scores: torch.Tensor, group_ids: torch.Tensor, *, tau: float = 1.0, beta_pres: float = 0.1,
          beta_reg: float = 1.0, lambda_hind: float = 1.0, gamma: float = 0.9, eps: float = 1e-6,
          counterfactual: torch.Tensor = None, cf_mix: float = 0.5, use_retro: bool = True,
-         use_hind: bool = True, return_parts: bool = False):
+         use_hind: bool = True, first_turn_prior: str = "zero", return_parts: bool = False):
     """Turn-level advantages.
 
     Args:
@@ -43,9 +75,12 @@ def tcpo(scores: torch.Tensor, group_ids: torch.Tensor, *, tau: float = 1.0, bet
         lambda_hind: scale of the hindsight term.
         gamma: early-turn prior, the advantage of turn k (from 1) is multiplied by gamma^(k-1).
         counterfactual: Tensor[N, T] or None; where finite, r[i, k] minus the mean score of alternatives sampled
-            with the history fixed at that turn (the caller leaves NaN where the alternatives all scored the same).
+            with the history fixed at that turn (the caller leaves NaN where the alternatives all scored the same);
+            used on eligible turns only.
         cf_mix: weight of the counterfactual in the delayed term.
         use_retro, use_hind: ablation switches for the retrospective and the delayed (hindsight + cf) parts.
+        first_turn_prior: "zero" (prior best 0 before turn 1) or "none" (no retrospective credit at turn 1, which
+            is then eligible for hindsight); see the module docstring.
         return_parts: also return a dict of the raw parts (imp, pres, reg, hind, cf), each Tensor[N, T].
 
     Returns:
@@ -61,8 +96,10 @@ def tcpo(scores: torch.Tensor, group_ids: torch.Tensor, *, tau: float = 1.0, bet
     imp = torch.where(present, d.clamp(min=0.0), zero)
     pres = torch.where(present & solved_before & (r >= m), torch.full_like(r, beta_pres), zero)
     reg = torch.where(present & solved_before & (r < m), -beta_reg * (m - r), zero)
+    if first_turn_prior == "none":  # no prior to measure the first turn against: no retrospective credit there
+        imp[:, 0] = pres[:, 0] = reg[:, 0] = 0.0
 
-    eligible = present & (d <= 0) & (m < tau)
+    eligible = eligible_turns(r, tau, first_turn_prior)
     u = _future_best(r)
     hind = zero.clone()
     for k in range(t):
@@ -82,7 +119,7 @@ def tcpo(scores: torch.Tensor, group_ids: torch.Tensor, *, tau: float = 1.0, bet
     cf = zero.clone()
     delayed = hind
     if counterfactual is not None:
-        cf_present = present & torch.isfinite(counterfactual)
+        cf_present = eligible & torch.isfinite(counterfactual)
         cf = torch.where(cf_present, counterfactual.to(r.dtype), zero)
         delayed = torch.where(cf_present, (1 - cf_mix) * hind + cf_mix * cf, hind)
 

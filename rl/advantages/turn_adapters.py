@@ -16,9 +16,12 @@ def tcpo_from_batch(batch: AdvantageInputs, args):
     adv, parts = tcpo(batch.turn_scores, batch.group_ids, tau=args.tcpo_tau, beta_pres=args.tcpo_beta_pres,
                       beta_reg=args.tcpo_beta_reg, lambda_hind=args.tcpo_lambda_hind, gamma=args.tcpo_gamma,
                       counterfactual=batch.counterfactual, cf_mix=args.tcpo_cf_mix, use_retro=not args.tcpo_no_retro,
-                      use_hind=not args.tcpo_no_hind, return_parts=True)
+                      use_hind=not args.tcpo_no_hind, first_turn_prior=args.tcpo_first_turn_prior,
+                      return_parts=True)
     present = ~torch.isnan(batch.turn_scores)
     metrics = {f"tcpo/{name}": value[present].mean().item() for name, value in parts.items()}
+    for name in ("pres", "reg"):  # how often the credit for keeping / breaking a solution fired
+        metrics[f"tcpo/{name}_frac"] = (parts[name][present] != 0).double().mean().item()
     return adv, metrics
 
 

@@ -1,0 +1,31 @@
+"""--episode_end: whether a verify-and-refine episode stops at its first success or plays every --max_turns turn.
+
+TCPO's preservation and regression credit, and MT-GRPO's per-turn rewards, are about turns that come *after* a
+solution, so their papers' protocol refines for a fixed number of turns; trajectory methods keep the cheaper
+stop-at-success default. `auto` is resolved when the flags are parsed, so the run's config records the choice.
+"""
+EPISODE_END_CHOICES = ("auto", "success", "max_turns")
+FIXED_TURN_ALGOS = ("tcpo", "mt_grpo")  # the papers' protocol: refine for a fixed number of turns
+
+
+def resolve_episode_end(value: str, algo: str) -> str:
+    """`auto` -> max_turns for tcpo and mt_grpo, success otherwise; an explicit value is kept."""
+    if value == "auto":
+        return "max_turns" if algo in FIXED_TURN_ALGOS else "success"
+    return value
+
+
+def check_env_supports(args, env_cls, bad) -> None:
+    """An explicit --episode_end max_turns on an env that ends its own episodes (AppWorld) is refused: it would
+    silently change nothing. `auto` quietly leaves such an env its own end."""
+    if args.episode_end_given == "max_turns" and not getattr(env_cls, "supports_episode_end", False):
+        bad(f"--episode_end max_turns: --env {args.env} ends its episodes itself (it is not a verify-and-refine env); "
+            "drop the flag")
+
+
+def env_kwargs(args, env_cls) -> dict:
+    """What an env constructor gets for the episode end: only verify-and-refine envs take it (a user's Env with its
+    own constructor is not handed a keyword it never asked for)."""
+    if getattr(env_cls, "supports_episode_end", False):
+        return {"episode_end": getattr(args, "episode_end", "success")}
+    return {}
