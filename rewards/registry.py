@@ -55,3 +55,9 @@ def reward_spec(name: str, args) -> RewardSpec:
         return RewardSpec(name, ("pickle", pickle.dumps(fn)), CREDO)
     # by import path, so that the worker imports the user's module itself (closures and lambdas need not pickle)
     return RewardSpec(name.rpartition(":")[2], ("import", name), reward_style(fn, name))
+
+
+def known_component_count(names) -> int:
+    """How many reward components --reward_funcs produce, when that is known before any call: every built-in
+    reward is one component; a user function (module:function) may return a dict of its own, so then None."""
+    return None if any(":" in name for name in names) else len(names)

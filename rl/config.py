@@ -231,7 +231,7 @@ def validate(args) -> None:
     if not args.reward_funcs:
         bad("--reward_funcs is empty")
     from rewards.policy_rewards import POLICY_REWARDS
-    from rewards.registry import CORRECTNESS, build_reward_fn
+    from rewards.registry import CORRECTNESS, build_reward_fn, known_component_count
     for name in args.reward_funcs:
         if name != CORRECTNESS and name not in POLICY_REWARDS:
             try:
@@ -253,6 +253,9 @@ def validate(args) -> None:
                 setattr(args, flag, [float(x) for x in value.split(",")])
             except ValueError:
                 bad(f"--{flag} {value}: expected comma-separated numbers")
+            count = known_component_count(args.reward_funcs)  # else checked at the first scored batch
+            if count is not None and len(getattr(args, flag)) != count:
+                bad(f"--{flag} has {len(getattr(args, flag))} entries for {count} rewards ({','.join(args.reward_funcs)})")
     validate_maestro(args, bad)
     if args.dara_w_max < 1:
         bad(f"--dara_w_max must be >= 1, got {args.dara_w_max}")

@@ -12,8 +12,11 @@ from rl.completions import markdown_table
 
 # Shown on the console line, in this order, when present.
 CONSOLE_KEYS = (("reward/mean", "reward"), ("success_rate", "success"), ("frac_zero_std_groups", "zero_std"),
-                ("response_length/mean", "len"), ("actor/kl", "kl"), ("actor/entropy", "ent"),
+                ("response_length/mean", "len"), ("avg_turns", "turns"), ("regression_rate", "regress"),
+                ("conductor/entropy", "conductor_H"), ("actor/kl", "kl"), ("actor/entropy", "ent"),
                 ("actor/clipfrac", "clip"), ("actor/grad_norm", "gnorm"), ("time/step", "s/step"))
+# Method metrics with one entry per reward, shown on the console as label_<reward>.
+CONSOLE_PREFIXES = (("dara/w/", "w"),)
 
 
 class MetricsLogger:
@@ -62,8 +65,13 @@ class MetricsLogger:
     def console_line(self, step: int, metrics: dict) -> str:
         parts = [f"step {step}"]
         for key, label in CONSOLE_KEYS:
-            if key in metrics:
-                parts.append(f"{label} {_plain(metrics[key]):.4g}")
+            if key == "response_length/mean" and "avg_turns" in metrics:
+                label = "len(all turns)"  # a multi-turn response is every model turn of the episode
+            value = _plain(metrics.get(key))
+            if isinstance(value, float):
+                parts.append(f"{label} {value:.4g}")
+        for prefix, label in CONSOLE_PREFIXES:
+            parts += [f"{label}_{k[len(prefix):]} {_plain(v):.3g}" for k, v in metrics.items() if k.startswith(prefix)]
         return " | ".join(parts)
 
     def close(self):

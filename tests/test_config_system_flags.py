@@ -16,3 +16,17 @@ def test_tensorboard_path_with_tensorboard_on_is_kept(tiny_model_dir):
     from rl.config import parse_args
     args = parse_args(["--model_name_or_path", tiny_model_dir, "--enable_tensorboard", "--tensorboard_path", "tb"])
     assert args.tensorboard_path == "tb"
+
+
+@pytest.mark.parametrize("flag", ["--reward_weights", "--dara_static_weights"])
+def test_a_weight_count_that_cannot_match_the_rewards_is_refused_before_any_rollout(flag, tiny_model_dir, capsys):
+    argv = ["--algo", "dara", "--reward_funcs", "correctness,format", flag, "1,2,3", "--model_name_or_path",
+            tiny_model_dir]
+    assert f"{flag} has 3 entries for 2 rewards" in _refused(argv, capsys)
+
+
+def test_a_user_reward_may_return_several_components_so_its_weights_are_checked_later(tiny_model_dir):
+    from rl.config import parse_args
+    args = parse_args(["--algo", "gdpo", "--reward_funcs", "correctness,benchmarks.rewards:concise_answer",
+                       "--reward_weights", "1,2,3", "--model_name_or_path", tiny_model_dir])
+    assert args.reward_weights == [1.0, 2.0, 3.0]

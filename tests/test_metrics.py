@@ -83,3 +83,13 @@ def test_completions_reach_tensorboard_as_text(tmp_path):
 
 def test_console_line_still_formats_nan():
     assert "reward nan" in MetricsLogger("unused", enabled=False).console_line(1, {"reward/mean": math.nan})
+
+
+def test_console_line_shows_turn_conductor_and_dara_metrics_and_says_len_sums_the_turns():
+    line = MetricsLogger("unused", enabled=False).console_line(3, {
+        "reward/mean": 0.5, "response_length/mean": 40.0, "avg_turns": 2.5, "regression_rate": 0.25,
+        "conductor/entropy": 1.2, "dara/w/correctness": 1.7, "dara/w/length": 1.0})
+    assert "len(all turns) 40" in line and "turns 2.5" in line and "regress 0.25" in line
+    assert "conductor_H 1.2" in line and "w_correctness 1.7" in line and "w_length 1" in line
+    single = MetricsLogger("unused", enabled=False).console_line(1, {"response_length/mean": 12.0})
+    assert "len 12" in single and "all turns" not in single
