@@ -43,7 +43,7 @@ from benchmarks.mechanisms.paired import (PAIRED_HEADER, failure_probability, fo
                                           paired)  # noqa: E402
 from benchmarks.mechanisms.report import environment, write  # noqa: E402
 from rl.advantages import grpo, mt_grpo, tcpo  # noqa: E402
-from rl.counterfactual import non_improving  # noqa: E402
+from rl.advantages.tcpo import eligible_turns  # noqa: E402  (what rl.counterfactual.candidate_turns selects)
 
 U, UP, S = 0, 1, 2
 STATE_NAMES = ("U", "UP", "S")
@@ -69,13 +69,13 @@ CF = {"budget": 5, "samples": 4}  # train.py's defaults: --tcpo_cf_budget 5 (top
 
 def fixed_history_counterfactuals(s, a, r, pi, setup, gen) -> torch.Tensor:
     """credo's counterfactual step (rl/counterfactual.py) on the tabular task: among the turns
-    rl.counterfactual.non_improving selects, the CF["budget"] most surprising (-log pi(a | s), the one-token
+    rl.counterfactual.candidate_turns selects (TCPO's eligible turns: non-improving and before success), the CF["budget"] most surprising (-log pi(a | s), the one-token
     analogue of the turn's mean NLL) get CF["samples"] alternatives drawn from pi(. | s) in the same state;
     cf = r - mean(alternative scores), NaN where the alternatives all scored the same or the turn was not chosen.
     """
     cf = torch.full_like(r, float("nan"))
     surprisal = -torch.log(pi[s, a])
-    pairs = sorted(non_improving(r).nonzero().tolist(), key=lambda ik: -float(surprisal[ik[0], ik[1]]))
+    pairs = sorted(eligible_turns(r).nonzero().tolist(), key=lambda ik: -float(surprisal[ik[0], ik[1]]))
     for i, k in pairs[:CF["budget"]]:
         state = s[i, k].repeat(CF["samples"])
         alt = (torch.rand(CF["samples"], generator=gen, dtype=torch.float64) < pi[state, 1]).long()
