@@ -69,6 +69,9 @@ def default_args(**overrides):
     """train.py's flag defaults as parsed (not validated), with overrides: a test that builds a Scorer or an episode
     driver by hand gets every flag those modules read, including flags added after the test was written."""
     from rl.config import build_parser
+    from rl.episode_end import resolve_episode_end
     args = build_parser().parse_args([])
     vars(args).update(overrides)
+    args.episode_end_given = args.episode_end  # resolved as rl.config.validate does
+    args.episode_end = resolve_episode_end(args.episode_end, args.algo)
     return args

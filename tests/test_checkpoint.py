@@ -28,9 +28,10 @@ def train_one_step(engine):
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir):
-    for key, value in dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_SIZE="1", MASTER_ADDR="127.0.0.1",
-                           MASTER_PORT=str(free_port())).items():
-        os.environ.setdefault(key, value)
+    launcher_env = dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_SIZE="1", MASTER_ADDR="127.0.0.1",
+                        MASTER_PORT=str(free_port()))
+    saved_env = {key: os.environ.get(key) for key in launcher_env}
+    os.environ.update(launcher_env)
     from rl import dist
     from rl.config import parse_args
     from rl.engine import build_actor
@@ -39,7 +40,21 @@ def engine(tiny_model_dir):
                        "--output_dir", "unused", "--actor_zero_stage", "3"])
     actor = build_actor(args, 1, 10)
     train_one_step(actor)  # so that the Adam moments exist and are saved
-    return actor
+    yield actor
+    # Later test modules in this pytest process expect no process group, no launcher variables, and no ZeRO-3
+    # config registered with transformers (else every later from_pretrained would load under zero.Init).
+    import gc
+    import torch.distributed
+    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+    del actor
+    gc.collect()
+    unset_hf_deepspeed_config()
+    torch.distributed.destroy_process_group()
+    for key, value in saved_env.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 def saved(engine, out, step=1):
