@@ -1,6 +1,5 @@
 """`--env appworld` (lite) end to end: training under the real launcher, and eval.py reporting TGC and SGC."""
 import json
-import math
 import os
 
 import pytest
@@ -22,7 +21,7 @@ def test_appworld_lite_trains_end_to_end_with_tcpo(tiny_model_dir, tmp_path):
     rows = read_metrics(os.path.join(out, "metrics.jsonl"))
     assert len(rows) == 2
     for key in ("reward/mean", "avg_turns", "success_by_turn/2"):
-        assert not math.isnan(rows[-1][key]), key
+        assert rows[-1][key] is not None, key  # a non-finite value is written as null
     assert rows[-1]["reward/correctness/errors"] == 0  # no env step failed, counterfactuals were skipped cleanly
     assert 0 < rows[-1]["reward/mean"] < 1  # a random model changes nothing: collateral checks pass, goals do not
 

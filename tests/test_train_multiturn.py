@@ -1,5 +1,4 @@
 """Multi-turn verify-and-refine training under the real launcher: TCPO, MT-GRPO and trajectory GRPO."""
-import math
 import os
 
 import pytest
@@ -34,7 +33,7 @@ def test_turn_level_and_trajectory_methods_on_a_dense_multi_turn_env(algo, tiny_
     assert_ok(proc)
     last = read_metrics(os.path.join(out, "metrics.jsonl"))[-1]
     for key in ("success_by_turn/1", "success_by_turn/3", "avg_turns", "advantage/std"):
-        assert key in last and not math.isnan(last[key]), key
+        assert key in last and last[key] is not None, key  # a non-finite value is written as null
     assert last["advantage/std"] > 0  # dense turn scores give non-zero credit
     if algo == "tcpo":
         for part in ("imp", "pres", "reg", "hind", "cf"):
