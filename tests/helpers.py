@@ -27,14 +27,16 @@ def build_char_tokenizer():
     return tok
 
 
-def build_tiny_model(out_dir: str, seed: int = 0) -> str:
-    """Save a 2-layer random Llama (about 60k parameters) and its tokenizer as an HF folder."""
+def build_tiny_model(out_dir: str, seed: int = 0, hidden_size: int = 32, num_attention_heads: int = 4,
+                     num_key_value_heads: int = 2) -> str:
+    """Save a 2-layer random Llama (about 60k parameters at the defaults) and its tokenizer as an HF folder."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tok = build_char_tokenizer()
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+                         num_hidden_layers=2, num_attention_heads=num_attention_heads,
+                         num_key_value_heads=num_key_value_heads, max_position_embeddings=512,
                          tie_word_embeddings=True, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
                          bos_token_id=tok.bos_token_id)
     torch.manual_seed(seed)

@@ -23,7 +23,7 @@ else:
 
 from rl.rollout import response_logprobs  # noqa: E402
 from rl.rollout_vllm import SamplerMismatch, VLLMRollout  # noqa: E402
-from tests.helpers import build_char_tokenizer, free_port  # noqa: E402
+from tests.helpers import build_tiny_model, free_port  # noqa: E402
 
 # credo's tolerance for |logp_trainer - logp_vLLM| per token in fp32: vLLM's CPU kernels sum in another order than
 # torch's, nothing more (the issue measured 3.5e-5 on SmolLM2-135M over 1,003 tokens).
@@ -34,20 +34,7 @@ RNG_SEED = 1234
 def build_vllm_tiny_model(out_dir: str, seed: int = 0) -> str:
     """tests/helpers.py's tiny random Llama and character tokenizer, with a head size vLLM's CPU attention has
     kernels for (32; the helper's 8 is refused: "Unsupported CPU attention configuration: head_dim=8")."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    tok = build_char_tokenizer()
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
-                         tie_word_embeddings=True, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-                         bos_token_id=tok.bos_token_id)
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(config)
-    model.generation_config.pad_token_id = tok.pad_token_id
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.save_pretrained(out_dir, safe_serialization=True)
-    tok.save_pretrained(out_dir)
-    return out_dir
+    return build_tiny_model(out_dir, seed, hidden_size=64, num_attention_heads=2, num_key_value_heads=1)
 
 
 def draws():
