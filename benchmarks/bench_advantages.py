@@ -1,6 +1,5 @@
 """Cost of each registered advantage estimator at N responses (default 4096 = 1024 prompts x 4), as the trainer
-calls it (`rl.advantages.compute_advantages(name, inputs, args)`, i.e. the registry adapter with train.py's default
-flags), compared with a training step's time. Target (issue 10): under 1% of a step.
+calls it (`build_method(name, args).advantages(batch)`: the method's adapter with train.py's default flags), compared with a training step's time. Target (issue 10): under 1% of a step.
 
 Inputs: binary correctness; 3 reward components for the multi-reward methods (correctness, a binary format reward
 that abstains (NaN) on ~10% of responses, a continuous length score); T turns of verify-and-refine scores for the
@@ -22,15 +21,15 @@ from benchmarks.results_io import write_results  # noqa: E402
 
 import torch  # noqa: E402
 
-from rl.advantages import AdvantageInputs, compute_advantages  # noqa: E402
-from rl.advantages.registry import BATCH_ADAPTERS  # noqa: E402
 from rl.config import build_parser  # noqa: E402
+from rl.methods import METHODS, build_method  # noqa: E402
+from rl.types import GlobalBatch  # noqa: E402
 
 # TRL's GRPOTrainer on this task, measured before credo existed (issue 10): the fallback reference step.
 TRL_STEP_SECONDS = 33.0
 
 
-def make_inputs(prompts: int, group: int, turns: int, seed: int) -> AdvantageInputs:
+def make_inputs(prompts: int, group: int, turns: int, seed: int) -> GlobalBatch:
     g = torch.Generator().manual_seed(seed)
     n = prompts * group
     group_ids = torch.arange(prompts).repeat_interleave(group)
@@ -49,18 +48,19 @@ def make_inputs(prompts: int, group: int, turns: int, seed: int) -> AdvantageInp
     pick = (torch.rand(n, turns, generator=g) < 0.01) & ~torch.isnan(turn_scores)
     counterfactual[pick] = torch.rand(int(pick.sum()), generator=g) - 0.5
     final = turn_scores.nan_to_num(nan=1.0)[:, -1]  # NaN at the end means the trajectory succeeded earlier
-    return AdvantageInputs(scores=correct, group_ids=group_ids, lengths=lengths,
-                           components={"correctness": correct, "format": fmt, "length": length_score},
-                           correctness=correct, turn_scores=turn_scores, counterfactual=counterfactual), final
+    return GlobalBatch(scores=correct, group_ids=group_ids, lengths=lengths,
+                       components={"correctness": correct, "format": fmt, "length": length_score},
+                       correctness=correct, turn_scores=turn_scores, extras={"counterfactual": counterfactual}), final
 
 
-def time_method(name: str, inputs: AdvantageInputs, args, repeats: int, warmup: int = 2) -> list:
+def time_method(name: str, inputs: GlobalBatch, args, repeats: int, warmup: int = 2) -> list:
+    method = build_method(name, args)  # no StepContext: only the advantages run
     for _ in range(warmup):
-        compute_advantages(name, inputs, args)
+        method.advantages(inputs)
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        compute_advantages(name, inputs, args)
+        method.advantages(inputs)
         times.append(time.perf_counter() - t0)
     return times
 
@@ -100,14 +100,14 @@ def main(argv=None):
     args = build_parser().parse_args([])  # train.py's defaults: the knobs every adapter reads
     n = a.prompts * a.group
     rows = []
-    for name in sorted(BATCH_ADAPTERS):
+    for name in sorted(METHODS):
         # Multi-turn runs give trajectory-level methods the trajectory score (--traj_score final); single-turn
         # methods see one score per response either way, so the cost is the same.
         batch = inputs
-        if name not in ("tcpo", "mt_grpo"):
-            batch = AdvantageInputs(**{**inputs.__dict__, "turn_scores": None, "counterfactual": None})
+        if not METHODS[name].turn_level:
+            batch = GlobalBatch(**{**inputs.__dict__, "turn_scores": None, "extras": {}})
         else:
-            batch = AdvantageInputs(**{**inputs.__dict__, "scores": trajectory_final})
+            batch = GlobalBatch(**{**inputs.__dict__, "scores": trajectory_final})
         row = {"method": name}
         try:
             times = time_method(name, batch, args, a.repeats)

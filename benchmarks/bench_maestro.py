@@ -50,7 +50,7 @@ def main():
                          "phases": {k[len("time/"):]: mean([r[k] for r in rows]) for k in rows[0] if k.startswith("time/")}}
         if name == "maestro":
             summary[name]["conductor_share"] = mean([r["time_share/conductor"] for r in rows])
-            summary[name]["maestro_rewards_share"] = mean([r["time_share/maestro_rewards"] for r in rows])
+            summary[name]["maestro_rewards_share"] = mean([r["time_share/policy_rewards"] for r in rows])
     ratio = summary["maestro"]["step_seconds"] / summary["grpo"]["step_seconds"]
     result = {"runs": summary, "maestro_over_grpo": ratio, "config": vars(a),
               "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},

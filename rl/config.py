@@ -5,15 +5,14 @@ System knobs keep DeepSpeed-Chat's names; method knobs keep verl/TRL names.
 import argparse
 import os
 
-from rl.advantages.tcpo import FIRST_TURN_PRIORS
 from rl.episode_end import EPISODE_END_CHOICES, check_env_supports, resolve_episode_end
 from rl.loss import KL_TYPES, LOSS_AGG_MODES
+from rl.methods import METHODS, method_class
+from rl.methods.base import parse_weights
 from rl.models import DEFAULT_MODEL_DIR
+from rl.policy_reward_flags import add_policy_reward_flags, validate_open_domain_rewards
 from rl.run_config import DEFAULT_SAVE_STEPS, SAVE_COST
 
-ALGOS = ("grpo", "gdpo", "dara", "maestro", "tcpo", "mt_grpo")
-MULTI_REWARD_ALGOS = ("gdpo", "dara")
-TURN_LEVEL_ALGOS = ("tcpo", "mt_grpo")
 DECODE_LOOPS = ("credo", "hf_generate")
 # Default micro-batch cap: length-sorted micro-batches of 8 rows carry less padding than one 32-row block and bound
 # the activation memory of long multi-turn rows. The GPU launchers (scripts/gpu/common.sh) set their own.
@@ -26,7 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
 
     g = p.add_argument_group("method and data")
-    g.add_argument("--algo", choices=ALGOS, default="grpo", help="credit-assignment method")
+    g.add_argument("--algo", choices=tuple(METHODS), default="grpo",
+                   help="credit-assignment method (rl/methods/<name>.py): "
+                        + "; ".join(f"{name}: {cls.summary}" for name, cls in METHODS.items()))
     g.add_argument("--env", default="arith",
                    help="environment: arith (synthetic sums, CPU default), arith_multi (three sums, graded score), math "
                         "(math-verify on --data_path rows), code (sandboxed tests as feedback), mixed (arith + "
@@ -80,41 +81,21 @@ def build_parser() -> argparse.ArgumentParser:
                         "hang costs about one --reward_timeout")
     g.add_argument("--final_norm", choices=("response", "token", "none"), default="response",
                    help="GDPO/DARA batch normalisation of the summed advantage (token = verl's masked whitening)")
-    g.add_argument("--dara_variant", choices=("asym", "sym"), default="asym", help="DARA variant (paper's main: asym)")
-    g.add_argument("--dara_w_max", type=float, default=5.0, help="DARA weight cap (paper: 5); 1 gives GDPO")
-    g.add_argument("--dara_tau", type=float, default=1e-8, help="DARA activity threshold on sum |Z| in a group")
-    g.add_argument("--dara_static_weights", default=None,
-                   help="comma list replacing DARA's density weights (the static-weight control)")
-
     g = p.add_argument_group("multi-turn (verify and refine) and turn-level credit")
     g.add_argument("--max_turns", type=int, default=1,
                    help="turns per episode: after a wrong answer the env gives feedback and the model tries again")
     g.add_argument("--episode_end", choices=EPISODE_END_CHOICES, default="auto",
                    help="verify-and-refine envs: end at the first success, or play every --max_turns turn (a correct "
-                        "turn is told so and may keep or improve its answer); auto = max_turns for tcpo and mt_grpo "
-                        "(their papers' protocol), success otherwise")
+                        "turn is told so and may keep or improve its answer); auto = max_turns for "
+                        + " and ".join(n for n, cls in METHODS.items() if cls.fixed_turns)
+                        + " (their papers' protocol), success otherwise")
     g.add_argument("--traj_score", choices=("final", "best"), default="final",
-                   help="trajectory reward for trajectory-level methods (grpo, gdpo, dara) on multi-turn envs")
-    g.add_argument("--mt_grpo_lambda", type=float, default=1.0, help="MT-GRPO weight of the turn-level advantage")
-    g.add_argument("--tcpo_tau", type=float, default=1.0, help="TCPO: a prior best >= tau counts as solved")
-    g.add_argument("--tcpo_beta_pres", type=float, default=0.1, help="TCPO preservation bonus")
-    g.add_argument("--tcpo_beta_reg", type=float, default=1.0, help="TCPO regression penalty scale")
-    g.add_argument("--tcpo_lambda_hind", type=float, default=1.0, help="TCPO hindsight scale")
-    g.add_argument("--tcpo_gamma", type=float, default=0.9, help="TCPO early-turn prior: turn k weighted gamma^(k-1)")
-    g.add_argument("--tcpo_cf_budget", type=int, default=5,
-                   help="TCPO: non-improving turns per rank and step that get fixed-history counterfactuals (0 = off)")
-    g.add_argument("--tcpo_cf_select", choices=("topl", "random"), default="topl",
-                   help="TCPO: pick counterfactual turns by highest surprisal (topl) or at random (ablation)")
-    g.add_argument("--tcpo_cf_samples", type=int, default=4, help="TCPO: alternatives sampled per counterfactual turn")
-    g.add_argument("--tcpo_cf_mix", type=float, default=0.5, help="TCPO: weight of the counterfactual in the delayed term")
-    g.add_argument("--tcpo_first_turn_prior", choices=FIRST_TURN_PRIORS, default="zero",
-                   help="TCPO (credo's reading; the paper has no code): the prior best before turn 1; zero = 0 (a "
-                        "partial first turn is an improvement), none = no retrospective credit at turn 1")
-    g.add_argument("--tcpo_no_retro", action="store_true", help="TCPO ablation: drop the retrospective term")
-    g.add_argument("--tcpo_no_hind", action="store_true", help="TCPO ablation: drop the hindsight/counterfactual term")
+                   help="trajectory reward for trajectory-level methods (" + ", ".join(
+                       n for n, cls in METHODS.items() if not cls.turn_level) + ") on multi-turn envs")
 
-    from rl.maestro_flags import add_maestro_flags
-    add_maestro_flags(p)
+    add_policy_reward_flags(p)
+    for cls in METHODS.values():  # each method's own argument group (rl/methods/)
+        cls.add_flags(p)
 
     from envs.appworld.flags import add_appworld_flags
     add_appworld_flags(p)
@@ -231,7 +212,7 @@ def validate(args) -> None:
     if not args.reward_funcs:
         bad("--reward_funcs is empty")
     from rewards.policy_rewards import POLICY_REWARDS
-    from rewards.registry import CORRECTNESS, build_reward_fn, known_component_count
+    from rewards.registry import CORRECTNESS, build_reward_fn
     for name in args.reward_funcs:
         if name != CORRECTNESS and name not in POLICY_REWARDS:
             try:
@@ -243,37 +224,29 @@ def validate(args) -> None:
     short = [name.rpartition(":")[2] for name in args.reward_funcs]  # the metric names: reward/<name>/...
     if len(set(short)) != len(short):
         bad(f"--reward_funcs: two rewards would report under one name ({','.join(short)}); rename a function")
-    if args.algo in MULTI_REWARD_ALGOS and len(args.reward_funcs) < 2:
-        bad(f"--algo {args.algo} normalises each reward separately and needs at least two rewards; "
+    method = method_class(args.algo)
+    if len(args.reward_funcs) < method.min_rewards:
+        bad(f"--algo {args.algo} normalises each reward separately and needs at least "
+            f"{ {2: 'two', 3: 'three'}.get(method.min_rewards, method.min_rewards)} rewards; "
             f"got --reward_funcs {','.join(args.reward_funcs)} (e.g. --reward_funcs correctness,length)")
-    for flag in ("reward_weights", "dara_static_weights"):
-        value = getattr(args, flag)
-        if value is not None:
-            try:
-                setattr(args, flag, [float(x) for x in value.split(",")])
-            except ValueError:
-                bad(f"--{flag} {value}: expected comma-separated numbers")
-            count = known_component_count(args.reward_funcs)  # else checked at the first scored batch
-            if count is not None and len(getattr(args, flag)) != count:
-                bad(f"--{flag} has {len(getattr(args, flag))} entries for {count} rewards ({','.join(args.reward_funcs)})")
-    validate_maestro(args, bad)
-    if args.dara_w_max < 1:
-        bad(f"--dara_w_max must be >= 1, got {args.dara_w_max}")
+    parse_weights(args, "reward_weights", bad)
+    validate_open_domain_rewards(args, bad)
+    for cls in METHODS.values():  # a method's flags given under another --algo, and its resolved defaults
+        cls.check_flags(args, bad)
     if args.code_workers < 1:
         bad(f"--code_workers must be >= 1, got {args.code_workers}")
     if not args.reward_timeout > 0 or args.reward_workers < 1:
         bad(f"--reward_timeout must be > 0 and --reward_workers >= 1, got {args.reward_timeout}, {args.reward_workers}")
     if args.max_turns < 1:
         bad(f"--max_turns must be >= 1, got {args.max_turns}")
-    if args.algo in TURN_LEVEL_ALGOS and args.max_turns < 2:
+    if method.turn_level and args.max_turns < 2:
         bad(f"--algo {args.algo} assigns credit to turns and needs --max_turns >= 2 (got {args.max_turns})")
     if args.max_turns > 1 and args.reward_funcs != [CORRECTNESS]:
         bad("multi-turn episodes (--max_turns > 1) are scored by the env's verifier only; "
             f"drop --reward_funcs {','.join(args.reward_funcs)}")
-    if args.tcpo_cf_samples < 2 and args.tcpo_cf_budget > 0:
-        bad("--tcpo_cf_samples must be >= 2 (a counterfactual needs alternatives that can differ)")
     if args.num_generations < 2:
         bad(f"--num_generations {args.num_generations}: {args.algo} needs at least 2 responses per prompt")
+    method.validate(args, bad)
     for flag in ("per_device_generation_batch_size", "max_answer_seq_len", "max_prompt_seq_len", "max_steps",
                  "ppo_epochs"):
         if getattr(args, flag) < 1:
@@ -356,7 +329,7 @@ def validate_rollout_backend(args, bad) -> None:
         bad(f"--vllm_gpu_memory_utilization must be in (0, 1), got {args.vllm_gpu_memory_utilization}")
     if args.vllm_tensor_parallel_size < 1:
         bad(f"--vllm_tensor_parallel_size must be >= 1, got {args.vllm_tensor_parallel_size}")
-    if args.vllm_tensor_parallel_size > 1 and (args.max_turns > 1 or (args.algo == "tcpo" and args.tcpo_cf_budget > 0)):
+    if args.vllm_tensor_parallel_size > 1 and args.max_turns > 1:
         bad("--vllm_tensor_parallel_size > 1 needs every rank of a group to generate in lockstep; multi-turn "
             "episodes and TCPO counterfactuals generate a rank-dependent number of times: use 1")
     if args.vllm_is_cap <= 0:
@@ -377,11 +350,6 @@ def validate_rollout_backend(args, bad) -> None:
     reason = vllm_unavailable_reason()
     if reason:
         bad(reason)
-
-
-def validate_maestro(args, bad):
-    from rl.maestro_flags import validate_maestro as check
-    check(args, bad)
 
 
 def is_local_model_path(value: str) -> bool:

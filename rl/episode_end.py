@@ -5,13 +5,14 @@ solution, so their papers' protocol refines for a fixed number of turns; traject
 stop-at-success default. `auto` is resolved when the flags are parsed, so the run's config records the choice.
 """
 EPISODE_END_CHOICES = ("auto", "success", "max_turns")
-FIXED_TURN_ALGOS = ("tcpo", "mt_grpo")  # the papers' protocol: refine for a fixed number of turns
 
 
 def resolve_episode_end(value: str, algo: str) -> str:
-    """`auto` -> max_turns for tcpo and mt_grpo, success otherwise; an explicit value is kept."""
+    """`auto` -> max_turns for a method whose paper refines for a fixed number of turns (its `fixed_turns`: tcpo,
+    mt_grpo), success otherwise; an explicit value is kept."""
     if value == "auto":
-        return "max_turns" if algo in FIXED_TURN_ALGOS else "success"
+        from rl.methods import method_class
+        return "max_turns" if method_class(algo).fixed_turns else "success"
     return value
 
 

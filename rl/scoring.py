@@ -3,6 +3,8 @@ component (in killable worker processes through PooledRewards).
 
 Also the step's reward metrics and the guard that stops a run when one reward function's calls mostly fail.
 """
+import time
+
 import numpy as np
 import torch
 
@@ -20,19 +22,21 @@ SUCCESS_THRESHOLD = 1.0 - 1e-6  # a response "succeeds" when its verifier score 
 
 
 class Scorer:
-    def __init__(self, args):
+    def __init__(self, args, reward_names=None):
+        """reward_names: the rewards to compute (default --reward_funcs; a method may name its own: MAESTRO's)."""
         self.args = args
+        self.reward_names = list(args.reward_funcs if reward_names is None else reward_names)
         self.env_cls = env_class(args.env)
         self.shared_verifier = self.env_cls.make_verifier(answer_key=args.answer_key)  # one for all episodes
         # counts and guards every env.step (run in-process: see rewards/base.py); --code_workers steps run at once
         self.verifier = RewardCaller(None, name=CORRECTNESS, timeout_s=args.reward_timeout)
         # a user function `pkg.module:fn` reports as `fn` (reward/fn/mean, ...)
-        self.rewards = PooledRewards([reward_spec(name, args) for name in args.reward_funcs
+        self.rewards = PooledRewards([reward_spec(name, args) for name in self.reward_names
                                       if name != CORRECTNESS and name not in POLICY_REWARDS],
                                      workers=args.reward_workers, timeout_s=args.reward_timeout,
                                      max_steps=args.max_steps, group_size=args.num_generations)
         # ppl, ent, fmt, len, pref: computed in-process with the policy (rewards/policy_rewards.py); attach_policy
-        self.policy_names = [name for name in args.reward_funcs if name in POLICY_REWARDS]
+        self.policy_names = [name for name in self.reward_names if name in POLICY_REWARDS]
         self.policy_rewards = None
         self.callers = [self.verifier, *self.rewards.accounts]
         self.component_names = []  # reward components seen on any rank, in first-seen order
@@ -70,8 +74,11 @@ class Scorer:
         last = present.long().cumsum(1).argmax(1)
         return turn_scores.gather(1, last.unsqueeze(1)).squeeze(1)
 
-    def score(self, batch, step: int = 0):
+    def score(self, batch, step: int = 0, scalarize=None, timings=None):
         """Fill batch.correctness, batch.components ({name: Tensor[N]}, NaN = abstained) and batch.scores.
+
+        Every reward is computed here, once. batch.scores is the --reward_weights sum of the components, or what
+        `scalarize(batch, components) -> Tensor[N]` returns when given and not None (a method's own mix: MAESTRO's).
 
         The env's verifier already scored every turn during the episodes; the other rewards score the final
         response. A dict-valued reward's keys are learned as they appear and unioned across ranks, so the
@@ -82,10 +89,14 @@ class Scorer:
         ids = self.completion_ids(batch) if self.rewards.needs_completion_ids else None
         extra = self.rewards.score(batch.prompts, batch.completions, batch.samples, ids, step)
         # each prompt group lives on one rank, so the within-group normalisation needs no collective
-        policy = normalise(self.policy_rewards.raw(batch)[0], batch.group_ids.cpu()) if self.policy_rewards else {}
+        t0 = time.perf_counter()
+        policy_raw, batch.policy_hidden = self.policy_rewards.raw(batch) if self.policy_rewards else ({}, None)
+        if timings is not None and self.policy_rewards:  # time/policy_rewards: MAESTRO's reward overhead
+            timings["policy_rewards"] = time.perf_counter() - t0
+        policy = normalise(policy_raw, batch.group_ids.cpu())
         rows = []
         for i, correctness in enumerate(trajectory):
-            comps = {CORRECTNESS: correctness} if CORRECTNESS in self.args.reward_funcs else {}
+            comps = {CORRECTNESS: correctness} if CORRECTNESS in self.reward_names else {}
             for account, values in zip(self.rewards.accounts, extra):
                 value = values[i]
                 comps.update(value if isinstance(value, dict) else {account.name: value})
@@ -96,8 +107,10 @@ class Scorer:
             self.component_names += [n for n in names if n not in self.component_names]
         batch.components = {n: torch.tensor([c.get(n, 0.0) for _, c in rows], dtype=torch.float32)
                             for n in self.component_names}
+        batch.reward_raw = {**batch.components, **policy_raw}
         batch.correctness = torch.tensor([c for c, _ in rows], dtype=torch.float32)
-        batch.scores = self.scalar_reward(batch.components)
+        mixed = scalarize(batch, batch.components) if scalarize is not None else None
+        batch.scores = self.scalar_reward(batch.components) if mixed is None else mixed
         return batch
 
     def scalar_reward(self, components: dict) -> torch.Tensor:
@@ -141,7 +154,7 @@ class Scorer:
                             f"Nothing was trained on this batch.")
 
     def metrics(self, inputs) -> dict:
-        """Reward metrics of one step from batch-global AdvantageInputs."""
+        """Reward metrics of one step from the batch-global view (Rollout.gather())."""
         scores, gids = inputs.scores, inputs.group_ids
         first_of_group = torch.as_tensor(np.unique(gids.cpu().numpy(), return_index=True)[1])
 

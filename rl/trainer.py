@@ -12,8 +12,7 @@ import torch
 from tqdm import tqdm
 
 from rl import dist
-from rl.advantages import AdvantageInputs, compute_advantages
-from rl.advantages.registry import build_step_hooks
+from rl.methods import StepContext, build_method, method_class
 from rl.checkpoint import checkpoint_root, export_hf, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from rl.data import PromptStream, training_rows
 from rl.completions import completion_records
@@ -30,7 +29,6 @@ from rl.rollout_vllm import SamplerMismatch
 from rl.errors import RewardFailure, TrainingAborted
 from rl.scoring import Scorer
 from rl.run_start import parser_defaults, start_run
-import rl.maestro  # noqa: F401  (registers MAESTRO's step hooks)
 
 logger = logging.getLogger(__name__)
 # Fault injection for the tests of the non-finite-step guard: a comma list of steps whose loss is made NaN.
@@ -62,7 +60,7 @@ class Trainer:
 
         self.tokenizer = load_tokenizer(args.model_name_or_path)
         self.data = PromptStream(training_rows(args), args.seed)
-        self.scorer = Scorer(args)
+        self.scorer = Scorer(args, method_class(args.algo).reward_names(args))  # every reward, computed once
         # --enable_test_mode stops the loop early (DeepSpeed-Chat); the LR schedule still spans --max_steps.
         self.steps = min(args.test_stop_step, args.max_steps) if args.enable_test_mode else args.max_steps
         # Claims OUTPUT_DIR (a lock) and decides fresh / resume / already finished, once every flag is checked.
@@ -73,7 +71,10 @@ class Trainer:
         self.reference = build_reference(args, self.world)
         self.rollout_backend = make_rollout_backend(args, self.actor)  # None: the actor generates (--rollout_backend)
         self.scorer.attach_policy(self.actor, self.tokenizer)  # --reward_funcs ppl / ent / fmt / len / pref
-        self.hooks = build_step_hooks(args.algo, self)  # a method's extra work around the advantages, and its state
+        # the --algo method (rl/methods/): its advantages, its work around them, and the state it carries
+        self.method = build_method(args.algo, args, StepContext(
+            actor=self.actor, tokenizer=self.tokenizer, reference=self.reference,
+            score_alternative=self.scorer.score_alternative, rank=self.rank, world=self.world))
         self.step = 0
         self.counters = {"bad_steps_total": 0, "bad_steps_in_row": 0}
         self.stop_signal = None
@@ -90,7 +91,7 @@ class Trainer:
         self.data.load_state_dict(state["data"])
         self.counters.update(state["counters"])
         self.scorer.load_state_dict(state["scorer"])
-        self.hooks.load_state_dict(state.get("method", {}))
+        self.method.load_state_dict(state.get("method", {}))
         if self.rank == 0:
             print(f"resumed from {os.path.join(root, tag)} at step {self.step}", flush=True)
 
@@ -98,7 +99,7 @@ class Trainer:
         self.data.load_state_dict(state["data"])
         self.counters.update(state["counters"])
         self.scorer.load_state_dict(state["scorer"])
-        self.hooks.load_state_dict(state["method"])
+        self.method.load_state_dict(state["method"])
         set_rng_state(rng)
 
     # --- one step -------------------------------------------------------------------------------------------
@@ -114,7 +115,7 @@ class Trainer:
 
     def score(self, batch, timings):
         t0 = time.perf_counter()
-        batch = self.scorer.score(batch, self.step + 1)
+        batch = self.scorer.score(batch, self.step + 1, scalarize=self.method.scalarize, timings=timings)
         timings["reward"] = timings.get("reward", 0.0) + time.perf_counter() - t0
         self.scorer.check_failures(self.step + 1)
         return batch
@@ -122,17 +123,9 @@ class Trainer:
     def advantages(self, batch, timings):
         """Batch-global advantages: every rank's scores are gathered, so group and batch statistics are exact
         whatever the placement of groups on ranks; each rank keeps its own slice."""
-        lengths = batch.response_mask.sum(-1)
-        inputs = AdvantageInputs(scores=dist.all_gather_cat(batch.scores), group_ids=dist.all_gather_cat(batch.group_ids),
-                                 lengths=dist.all_gather_cat(lengths),
-                                 components={k: dist.all_gather_cat(v) for k, v in batch.components.items()},
-                                 correctness=dist.all_gather_cat(batch.correctness),
-                                 turn_scores=dist.all_gather_cat(batch.turn_scores),
-                                 counterfactual=None if batch.counterfactual is None
-                                 else dist.all_gather_cat(batch.counterfactual),
-                                 actions=None if batch.actions is None else dist.all_gather_cat(batch.actions))
-        adv, method_metrics = compute_advantages(self.args.algo, inputs, self.args)
-        method_metrics.update(self.hooks.after_advantages(inputs, adv, timings))
+        inputs = batch.gather()
+        adv, method_metrics = self.method.advantages(inputs)
+        method_metrics.update(self.method.after_advantages(inputs, adv, timings))
         n = len(batch)
         batch.advantages = adv[self.rank * n:(self.rank + 1) * n].to(self.actor.device)
         return batch, inputs, method_metrics
@@ -250,7 +243,7 @@ class Trainer:
         t0 = time.perf_counter()
         batch = self.rollout(timings)
         batch = self.score(batch, timings)
-        hook_metrics = self.hooks.after_score(batch, timings)
+        hook_metrics = self.method.after_score(batch, timings)
         batch, inputs, method_metrics = self.advantages(batch, timings)
         method_metrics.update(hook_metrics)
         metrics = self.scorer.metrics(inputs)
@@ -279,7 +272,7 @@ class Trainer:
     def trainer_state(self) -> dict:
         """Everything besides the engine that carries across steps (restored exactly by --resume)."""
         return {"step": self.step, "data": self.data.state_dict(), "counters": dict(self.counters),
-                "scorer": self.scorer.state_dict(), "method": self.hooks.state_dict()}
+                "scorer": self.scorer.state_dict(), "method": self.method.state_dict()}
 
     def save(self):
         save_checkpoint(self.actor, self.args.output_dir, self.step, self.trainer_state(), self.args.save_total_limit,

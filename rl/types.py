@@ -24,17 +24,31 @@ class Rollout:
     envs: list = None              # the N env instances of the episodes (their state at the end)
     conversations: list = None     # the N whole conversations as chat messages
     env_values: list = None        # N lists, one dict per turn: StepResult components and numeric info entries
-    counterfactual: torch.Tensor = None  # Tensor[N, T] TCPO fixed-history counterfactuals, NaN where none
-    actions: torch.Tensor = None   # Tensor[N] long MAESTRO Conductor emphasis actions (None = equal weights)
     prompts: list = None           # N prompt texts given to reward functions
     scores: torch.Tensor = None    # Tensor[N] float, the scalar reward of each response (weighted components)
     correctness: torch.Tensor = None  # Tensor[N] float, the env verifier's score (success = full marks)
     components: dict = field(default_factory=dict)  # reward name -> Tensor[N] (NaN where a reward abstained)
+    reward_raw: dict = field(default_factory=dict)  # the same before ppl / ent / pref are rank-normalised in groups
+    policy_hidden: torch.Tensor = None  # Tensor[N, H] each response's final hidden state, when a policy reward ran
     old_logp: torch.Tensor = None  # Tensor[N, R] log-probs of the response tokens under the rollout policy
     ref_logp: torch.Tensor = None  # Tensor[N, R] same under the frozen reference (None when beta = 0)
     rollout_logp: torch.Tensor = None  # Tensor[N, R] the sampler's own log-probs (vLLM), 0 off the model's tokens;
     #                                    None with HF generate. Drives --vllm_is_correction.
     advantages: torch.Tensor = None  # Tensor[N] response-level or Tensor[N, T] turn-level advantage
+    # A method's own per-response data, name -> Tensor[N, ...] (TCPO's "counterfactual" Tensor[N, T], MAESTRO's
+    # "actions" Tensor[N]). Every rank must hold the same keys: gather() concatenates each in rank order.
+    extras: dict = field(default_factory=dict)
+
+    def gather(self) -> "GlobalBatch":
+        """The batch-global view the advantages need: every rank's rows, in rank order (a collective: every rank
+        calls it). Group and batch statistics over it are exact whatever the placement of groups on ranks."""
+        from rl import dist
+        return GlobalBatch(scores=dist.all_gather_cat(self.scores), group_ids=dist.all_gather_cat(self.group_ids),
+                           lengths=dist.all_gather_cat(self.response_mask.sum(-1)),
+                           components={k: dist.all_gather_cat(v) for k, v in self.components.items()},
+                           correctness=dist.all_gather_cat(self.correctness),
+                           turn_scores=dist.all_gather_cat(self.turn_scores),
+                           extras={k: dist.all_gather_cat(self.extras[k]) for k in sorted(self.extras)})
 
     def token_advantages(self, rows: slice) -> torch.Tensor:
         """Tensor[B, R]: each model token gets its response's (or its turn's) advantage; 0 elsewhere."""
@@ -50,3 +64,19 @@ class Rollout:
 
     def __len__(self):
         return self.input_ids.shape[0]
+
+
+@dataclass
+class GlobalBatch:
+    """Rollout.gather(): the tensors of every rank's rows that a method's advantages read (N = global rows)."""
+    scores: torch.Tensor                 # Tensor[N] scalar reward per response
+    group_ids: torch.Tensor              # Tensor[N] long
+    lengths: torch.Tensor                # Tensor[N] number of response tokens
+    components: dict = field(default_factory=dict)  # reward name -> Tensor[N], NaN = abstained (ordered)
+    correctness: torch.Tensor = None     # Tensor[N] the env verifier's trajectory score
+    turn_scores: torch.Tensor = None     # Tensor[N, T] verifier score per turn, NaN after a trajectory ended
+    extras: dict = field(default_factory=dict)  # a method's own data, as Rollout.extras
+
+    def component_matrix(self) -> torch.Tensor:
+        """Tensor[N, K], columns in the order of `components`."""
+        return torch.stack(list(self.components.values()), dim=1)

@@ -52,14 +52,16 @@ def test_batch_advantage_follows_the_scores_the_hook_mixed_not_equal_weights():
     the advantage must be that of those scores, not of an equal-weight mix of the components."""
     from types import SimpleNamespace
 
-    from rl.advantages.maestro import maestro_from_batch
-    from rl.advantages.registry import AdvantageInputs
+    from rl.methods.maestro import Maestro
+    from rl.types import GlobalBatch
     rewards = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]])
     weights = torch.tensor([[0.9, 0.1], [0.9, 0.1], [0.2, 0.8], [0.2, 0.8]])
     gids = torch.tensor([0, 0, 1, 1])
     scores = mixed_reward(rewards, weights)
-    inputs = AdvantageInputs(scores=scores, group_ids=gids, lengths=torch.ones(4),
-                             components={"a": rewards[:, 0], "b": rewards[:, 1]}, actions=None)
-    adv, _ = maestro_from_batch(inputs, SimpleNamespace(maestro_emphasis=0.5, scale_rewards="group"))
+    inputs = GlobalBatch(scores=scores, group_ids=gids, lengths=torch.ones(4),
+                         components={"a": rewards[:, 0], "b": rewards[:, 1]})
+    flags = SimpleNamespace(maestro_weights="random", maestro_emphasis=0.5, maestro_kl_in_reward=0.0,
+                            scale_rewards="group")
+    adv, _ = Maestro(flags).advantages(inputs)
     torch.testing.assert_close(adv, grpo(scores, gids))
     assert adv[0] > 0 and adv[3] > 0  # the equal mix would give every response the same reward: all zeros

@@ -86,10 +86,7 @@ def test_errors_metric_counts_this_steps_failures_not_a_running_total(closing):
 
 
 def _inputs(batch):
-    from rl.advantages import AdvantageInputs
-    return AdvantageInputs(scores=batch.scores, group_ids=batch.group_ids, lengths=batch.response_mask.sum(-1),
-                           components=batch.components, correctness=batch.correctness, turn_scores=batch.turn_scores,
-                           counterfactual=None, actions=None)
+    return batch.gather()  # one rank: the local rows are the global batch
 
 
 def test_a_trl_style_reward_gets_trls_keyword_arguments(closing):

@@ -27,7 +27,7 @@ def test_maestro_trains_on_two_ranks_on_the_mixed_task(tiny_model_dir, tmp_path)
     for row in rows:
         weights = [row[f"conductor/weight/{name}"] for name in REWARDS]
         assert sum(weights) == pytest.approx(1.0, abs=1e-5)
-        assert 0 < row["time_share/conductor"] < 1 and 0 < row["time_share/maestro_rewards"] < 1
+        assert 0 < row["time_share/conductor"] < 1 and 0 < row["time_share/policy_rewards"] < 1
         for name in REWARDS:
             value = row[f"reward/{name}/mean"]  # metrics.jsonl writes a non-finite value as null
             assert value is not None and not math.isnan(value), name

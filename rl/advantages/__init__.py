@@ -1,16 +1,18 @@
 """Advantage estimators: one module per method, each a pure tensor function registered by name.
 
-To add a method: copy grpo.py, change the maths, the @register / @register_adapter name, and import it here.
+Every module here is imported below, and a module's function of the module's own name is exported:
+`from rl.advantages import grpo` is the function rl/advantages/grpo.py defines. A new method adds its maths as
+rl/advantages/<name>.py and its training glue as rl/methods/<name>.py (README, "Adding a method"); no list to edit.
 """
-from rl.advantages.registry import (ADVANTAGE_ESTIMATORS, AdvantageInputs, compute_advantages, get_estimator,
-                                    register, register_adapter)
-from rl.advantages.grpo import grpo
-from rl.advantages.gdpo import gdpo
-from rl.advantages.dara import dara
-from rl.advantages.tcpo import tcpo
-from rl.advantages.mt_grpo import mt_grpo
-from rl.advantages.maestro import maestro
-import rl.advantages.turn_adapters  # noqa: F401  (registers the tcpo / mt_grpo adapters)
+import importlib
+import pkgutil
 
-__all__ = ["ADVANTAGE_ESTIMATORS", "AdvantageInputs", "compute_advantages", "get_estimator", "register",
-           "register_adapter", "grpo", "gdpo", "dara", "tcpo", "mt_grpo", "maestro"]
+from rl.advantages.registry import ADVANTAGE_ESTIMATORS, get_estimator, register
+
+__all__ = ["ADVANTAGE_ESTIMATORS", "get_estimator", "register"]
+
+for _info in sorted(pkgutil.iter_modules(__path__), key=lambda info: info.name):
+    _module = importlib.import_module(f"{__name__}.{_info.name}")
+    if callable(getattr(_module, _info.name, None)):
+        globals()[_info.name] = getattr(_module, _info.name)  # the function shadows its module's name, as before
+        __all__.append(_info.name)

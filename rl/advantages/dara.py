@@ -5,8 +5,8 @@ signals are not drowned by dense ones: w_k = min(w_max, sqrt(rho_ref / rho_k)).
 """
 import torch
 
-from rl.advantages.gdpo import per_reward_zscores, weights_tensor
-from rl.advantages.registry import AdvantageInputs, register, register_adapter
+from rl.advantages.gdpo import per_reward_zscores
+from rl.advantages.registry import register
 from rl.advantages.stats import batch_normalize
 
 
@@ -47,15 +47,3 @@ def dara(components: torch.Tensor, group_ids: torch.Tensor, variant: str = "asym
         s = (z + (w - 1.0) * z.clamp(min=0.0)).sum(1)
     adv = batch_normalize(s, final_norm, final_eps, lengths).to(torch.float32)
     return adv, {"rho": rho.float(), "w": w.float(), "active_groups": active.long(), "num_groups": num_groups}
-
-
-@register_adapter("dara")
-def dara_from_batch(batch: AdvantageInputs, args):
-    adv, info = dara(batch.component_matrix(), batch.group_ids, variant=args.dara_variant, w_max=args.dara_w_max,
-                     tau=args.dara_tau, static_weights=weights_tensor(args.dara_static_weights, batch, "dara_static_weights"),
-                     final_norm=args.final_norm, lengths=batch.lengths)
-    metrics = {}
-    for k, name in enumerate(batch.components):
-        metrics[f"dara/rho/{name}"] = info["rho"][k].item()
-        metrics[f"dara/w/{name}"] = info["w"][k].item()
-    return adv, metrics

@@ -1,7 +1,7 @@
 """GDPO: group-decoupled normalisation of several rewards (each reward z-scored in its own group first)."""
 import torch
 
-from rl.advantages.registry import AdvantageInputs, register, register_adapter
+from rl.advantages.registry import register
 from rl.advantages.stats import batch_normalize, group_zscore
 
 
@@ -36,19 +36,3 @@ def gdpo(components: torch.Tensor, group_ids: torch.Tensor, weights: torch.Tenso
     if w.shape != (z.shape[1],):
         raise ValueError(f"weights must have one entry per reward ({z.shape[1]}), got {tuple(w.shape)}")
     return batch_normalize(z @ w, final_norm, final_eps, lengths).to(torch.float32)
-
-
-def weights_tensor(values, batch: AdvantageInputs, flag: str):
-    if values is None:
-        return None
-    if len(values) != len(batch.components):
-        raise ValueError(f"--{flag} has {len(values)} entries for {len(batch.components)} reward components "
-                         f"({', '.join(batch.components)})")
-    return torch.tensor(values, dtype=torch.float64)
-
-
-@register_adapter("gdpo")
-def gdpo_from_batch(batch: AdvantageInputs, args):
-    adv = gdpo(batch.component_matrix(), batch.group_ids, weights_tensor(args.reward_weights, batch, "reward_weights"),
-               final_norm=args.final_norm, lengths=batch.lengths)
-    return adv, {}

@@ -1,7 +1,7 @@
 """GRPO: group-relative advantage (Shao et al. 2024), with the Dr.GRPO variant (Liu et al. 2025)."""
 import torch
 
-from rl.advantages.registry import AdvantageInputs, register, register_adapter
+from rl.advantages.registry import register
 from rl.advantages.stats import group_mean_std
 
 
@@ -35,8 +35,3 @@ def grpo(scores: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6, scale
     else:
         adv = centred
     return torch.where(degenerate, torch.zeros_like(adv), adv).to(torch.float32)
-
-
-@register_adapter("grpo")
-def grpo_from_batch(batch: AdvantageInputs, args):
-    return grpo(batch.scores, batch.group_ids, scale=args.scale_rewards), {}

@@ -1,7 +1,7 @@
 """MAESTRO: per-response reward mixing chosen by a learned Conductor, then the GRPO group advantage.
 
 The Conductor itself (a policy over reward-emphasis actions, trained by REINFORCE) lives in rl/conductor.py and the
-trainer-side glue (policy-computed rewards, the buffer) in rl/maestro.py; this module is the pure maths of one step.
+training-step glue in rl/methods/maestro.py; this module is the pure maths of one step.
 
 What the paper specifies: a discrete reward-emphasis action per response, sampled from pi(. | h), that induces the
 response's weight configuration, and the GRPO group advantage of the scalarised reward as the Conductor's
@@ -12,7 +12,7 @@ of an equal share, so every reward keeps some weight (eta = 1 is pure emphasis, 
 import torch
 
 from rl.advantages.grpo import grpo
-from rl.advantages.registry import AdvantageInputs, register, register_adapter
+from rl.advantages.registry import register
 
 
 def emphasis_weights(actions: torch.Tensor, num_rewards: int, eta: float = 0.5) -> torch.Tensor:
@@ -46,11 +46,3 @@ def maestro(rewards: torch.Tensor, actions: torch.Tensor, group_ids: torch.Tenso
     k = rewards.shape[1]
     weights = emphasis_weights(actions, k, eta) if actions is not None else torch.full((k,), 1.0 / k)
     return grpo(mixed_reward(rewards, weights), group_ids, scale=scale)
-
-
-@register_adapter("maestro")
-def maestro_from_batch(batch: AdvantageInputs, args):
-    """The trainer's MAESTRO hook (rl/maestro.py) already scored each response with its own weights, w(a_i) . r_i
-    for the Conductor (what `maestro` above computes), a Dirichlet vector's for `random`, minus the KL with
-    --maestro_kl_in_reward: the advantage is the GRPO group advantage of those scores."""
-    return grpo(batch.scores, batch.group_ids, scale=args.scale_rewards), {}

@@ -1,0 +1,112 @@
+"""What a credit-assignment method is to the trainer: one class per method, in its own module of rl/methods/.
+
+A method owns its flags (`add_flags`), their checks (`validate`), the adapter from the batch-global view to its pure
+maths in rl/advantages/ (`advantages`), its extra work around scoring and the advantages, and the state that work
+carries from step to step (saved in every checkpoint, restored by --resume). The trainer never branches on a
+method's name: it calls these in the order of one step (README, "How one step flows").
+"""
+from dataclasses import dataclass, fields
+
+import torch
+
+from rl.types import GlobalBatch, Rollout
+
+
+@dataclass
+class StepContext:
+    """The pieces of a training run a method's hooks may use (never the whole Trainer)."""
+    actor: object                 # the DeepSpeed engine of the policy
+    tokenizer: object
+    reference: object = None      # the frozen reference engine (None when --beta 0 and no method asked for it)
+    score_alternative: object = None  # (env, text) -> the score text would get at env's current turn, or None
+    rank: int = 0
+    world: int = 1
+
+
+def section(config_cls, args):
+    """A method's typed flag section: the dataclass `config_cls` filled from the parsed flags of its field names."""
+    return config_cls(**{f.name: getattr(args, f.name) for f in fields(config_cls)})
+
+
+class Method:
+    """The default does nothing around the advantages; a subclass sets `name` and implements `advantages`."""
+    name = None              # the --algo value; a module's Method subclass with a name is registered
+    summary = ""             # one line for --algo's help
+    Config = None            # dataclass of the flags the method reads (field name = flag name); self.config
+    turn_level = False       # advantages per turn: needs --max_turns >= 2
+    min_rewards = 1          # reward components its advantage needs
+    fixed_turns = False      # --episode_end auto plays every turn (its paper's protocol) instead of stopping at success
+
+    # --- flags (class level: used before any run exists) -------------------------------------------------
+    @classmethod
+    def add_flags(cls, parser) -> None:
+        """Add the method's own argument group (flags prefixed by the method's name)."""
+
+    @classmethod
+    def check_flags(cls, args, bad) -> None:
+        """Called whatever --algo is: refuse the method's flags where they would silently do nothing."""
+
+    @classmethod
+    def validate(cls, args, bad) -> None:
+        """Called when --algo is this method, after the general checks; `bad(msg)` exits naming the flag."""
+
+    @classmethod
+    def reward_names(cls, args) -> list:
+        """The rewards the scorer computes for this method (default --reward_funcs)."""
+        return list(args.reward_funcs)
+
+    # --- one step ---------------------------------------------------------------------------------------
+    def __init__(self, args, ctx: StepContext = None):
+        self.args = args
+        self.ctx = ctx
+        self.config = section(self.Config, args) if self.Config is not None else None
+
+    def after_score(self, batch: Rollout, timings: dict) -> dict:
+        """May put method data in batch.extras (the same keys on every rank). Returns metrics."""
+        return {}
+
+    def scalarize(self, batch: Rollout, components: dict):
+        """Called by the scorer: None keeps its weighted sum of components (--reward_weights); a method that mixes
+        rewards per response returns (Tensor[n] scores of this rank's rows, metrics)."""
+        return None
+
+    def advantages(self, batch: GlobalBatch):
+        """(Tensor[N] or Tensor[N, T] advantages, metrics) from the batch-global view."""
+        raise NotImplementedError(f"method {self.name!r} defines no advantages")
+
+    def after_advantages(self, batch: GlobalBatch, advantages: torch.Tensor, timings: dict) -> dict:
+        """Sees the batch-global view and its advantages. Returns metrics."""
+        return {}
+
+    def state_dict(self) -> dict:
+        """A copy (not views of live tensors): the trainer keeps it to undo a step that fails."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+def parse_weights(args, flag: str, bad) -> None:
+    """--flag "1,0.5" -> [1.0, 0.5] in place (None stays None), refused by name when it is not a number list or
+    (when every reward is a built-in) its length differs from the number of reward components."""
+    value = getattr(args, flag)
+    if value is None or isinstance(value, list):
+        return
+    try:
+        setattr(args, flag, [float(x) for x in value.split(",")])
+    except ValueError:
+        bad(f"--{flag} {value}: expected comma-separated numbers")
+    from rewards.registry import known_component_count
+    count = known_component_count(args.reward_funcs)  # else checked at the first scored batch
+    if count is not None and len(getattr(args, flag)) != count:
+        bad(f"--{flag} has {len(getattr(args, flag))} entries for {count} rewards ({','.join(args.reward_funcs)})")
+
+
+def weights_tensor(values, batch: GlobalBatch, flag: str):
+    """A parsed weight list as Tensor[K] float64 matching batch.components (None stays None)."""
+    if values is None:
+        return None
+    if len(values) != len(batch.components):
+        raise ValueError(f"--{flag} has {len(values)} entries for {len(batch.components)} reward components "
+                         f"({', '.join(batch.components)})")
+    return torch.tensor(values, dtype=torch.float64)

@@ -1,0 +1,48 @@
+"""DARA: density-aware reward weights on top of GDPO, w_k = min(w_max, sqrt(rho_ref / rho_k)).
+The maths: rl/advantages/dara.py."""
+from dataclasses import dataclass
+
+from rl.advantages.dara import dara
+from rl.methods.base import Method, parse_weights, weights_tensor
+
+
+@dataclass
+class DARAConfig:
+    dara_variant: str
+    dara_w_max: float
+    dara_tau: float
+    dara_static_weights: list  # parsed (None = the density weights)
+    final_norm: str
+
+
+class DARA(Method):
+    name = "dara"
+    summary = "density-aware reward weights over GDPO"
+    Config = DARAConfig
+    min_rewards = 2
+
+    @classmethod
+    def add_flags(cls, parser):
+        g = parser.add_argument_group("DARA (density-aware reward weights)")
+        g.add_argument("--dara_variant", choices=("asym", "sym"), default="asym", help="DARA variant (paper's main: asym)")
+        g.add_argument("--dara_w_max", type=float, default=5.0, help="DARA weight cap (paper: 5); 1 gives GDPO")
+        g.add_argument("--dara_tau", type=float, default=1e-8, help="DARA activity threshold on sum |Z| in a group")
+        g.add_argument("--dara_static_weights", default=None,
+                       help="comma list replacing DARA's density weights (the static-weight control)")
+
+    @classmethod
+    def check_flags(cls, args, bad):
+        parse_weights(args, "dara_static_weights", bad)
+        if args.dara_w_max < 1:
+            bad(f"--dara_w_max must be >= 1, got {args.dara_w_max}")
+
+    def advantages(self, batch):
+        c = self.config
+        adv, info = dara(batch.component_matrix(), batch.group_ids, variant=c.dara_variant, w_max=c.dara_w_max,
+                         tau=c.dara_tau, static_weights=weights_tensor(c.dara_static_weights, batch, "dara_static_weights"),
+                         final_norm=c.final_norm, lengths=batch.lengths)
+        metrics = {}
+        for k, name in enumerate(batch.components):
+            metrics[f"dara/rho/{name}"] = info["rho"][k].item()
+            metrics[f"dara/w/{name}"] = info["w"][k].item()
+        return adv, metrics

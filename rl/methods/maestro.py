@@ -1,0 +1,255 @@
+"""MAESTRO in the training step: the five open-domain rewards, the per-response reward weights before the advantages
+(the Conductor's emphasis actions, or an ablation's), and the Conductor's buffered REINFORCE meta-update after them
+(the `maestro` method of rl/methods/).
+The rewards are computed once, by the scorer, as every --reward_funcs reward is; this method's `scalarize`
+turns each response's rewards into its scalar with its own weights.
+
+Rewards (each on [0, 1] before mixing; rewards/policy_rewards.py defines them, with their signs and sources):
+- fmt: the response has the required structure (--format_style);      - len: linear in the response's tokens
+- ppl: NOVER's reasoning perplexity of the reference answer (lower better); - ent: mean token entropy (lower better)
+- pref: a reward model's score (--reward_model_name_or_path; skipped with a warning without one)
+ppl, ent and pref are rank-normalised within each group (their raw scales are arbitrary). `correctness` (the env
+verifier) may be added to the mix with --maestro_rewards.
+
+--maestro_weights: conductor (sampled actions a ~ pi(. | h), w(a) below), equal (1/K), random (the paper's Rand: a
+random weight vector per response, Dirichlet(1)), random_action (a uniform random action per response, w(a)).
+The emphasis weights w(a) = (1 - eta) / K + eta * onehot(a) are credo's reading (rl/advantages/maestro.py).
+With --maestro_kl_in_reward beta_r, each response's reward is w . r - beta_r * KL(policy || reference) on it (the
+paper's figure 2 puts the KL into the reward, beta 0.1), so the Conductor's meta-reward, the advantage, sees it.
+"""
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+
+from rl import dist
+from rl.advantages.grpo import grpo
+from rl.advantages.maestro import emphasis_weights, mixed_reward
+from rl.conductor import HIDDEN_NORMS, RECIPES, ConductorLearner
+from rl.methods.base import Method
+
+logger = logging.getLogger(__name__)
+MAESTRO_REWARDS = ("fmt", "ppl", "ent", "len", "pref", "correctness")
+MAESTRO_WEIGHTS = ("conductor", "equal", "random", "random_action")
+PAPER = RECIPES["paper"]
+
+
+def hidden_size(model) -> int:
+    config = model.config
+    return getattr(config, "hidden_size", None) or config.get_text_config().hidden_size
+
+
+def mean_weights_by_kind(weights: torch.Tensor, kinds: list, names: list, prefix: str) -> dict:
+    """{prefix/<kind>/<reward>: mean weight over that kind's responses}; rows without a kind are left out.
+    weights: Tensor[N, K]; kinds: N prompt kinds (a row's `kind` field, e.g. --env mixed's arith / describe)."""
+    out = {}
+    for kind in sorted({k for k in kinds if k is not None}, key=str):
+        rows = torch.tensor([k == kind for k in kinds])
+        out.update({f"{prefix}/{kind}/{name}": weights[rows, j].mean().item() for j, name in enumerate(names)})
+    return out
+
+
+@dataclass
+class MaestroConfig:
+    maestro_weights: str
+    maestro_emphasis: float
+    maestro_kl_in_reward: float
+    scale_rewards: str
+
+
+class Maestro(Method):
+    name = "maestro"
+    summary = "a learned Conductor picks each response's reward trade-off"
+    Config = MaestroConfig
+
+    @classmethod
+    def add_flags(cls, parser):
+        g = parser.add_argument_group("MAESTRO (a Conductor mixes open-domain rewards per response)")
+        g.add_argument("--maestro_rewards", default="fmt,ppl,ent,len,pref",
+                       help=f"rewards the Conductor chooses between, from {','.join(MAESTRO_REWARDS)} (paper: the first five)")
+        g.add_argument("--maestro_weights", choices=MAESTRO_WEIGHTS, default="conductor",
+                       help="who sets each response's reward weights: conductor (sampled emphasis actions); equal (1/K); "
+                            "random (the paper's Rand: a random weight vector per response, Dirichlet(1) = uniform on "
+                            "the simplex); random_action (a uniform random emphasis action per response)")
+        g.add_argument("--maestro_emphasis", type=float, default=0.5,
+                       help="eta in w(a) = (1 - eta) / K + eta * onehot(a): credo's reading, not in the paper's text, "
+                            "which says only that an action induces a weight configuration; 1.0 = pure emphasis")
+        g.add_argument("--maestro_recipe", choices=tuple(RECIPES), default="paper",
+                       help=f"Conductor optimisation preset. paper: raw h, lr {PAPER['lr']:g}, an update every "
+                            f"{PAPER['update_interval']} steps (the paper's values; for GPU-length runs: in a 40-step run "
+                            "the Conductor barely moves). small: credo's deviation for short CPU runs: unit-norm h, "
+                            f"lr {RECIPES['small']['lr']:g}, an update every step. The three flags below override it")
+        g.add_argument("--maestro_hidden_norm", choices=HIDDEN_NORMS, default=None,
+                       help="Conductor input: none = the raw final hidden state (paper); l2 = scaled to unit norm; "
+                            "unset (None) = --maestro_recipe's")
+        g.add_argument("--maestro_update_interval", type=int, default=None,
+                       help=f"steps between Conductor REINFORCE updates; unset (None) = --maestro_recipe's "
+                            f"(paper: {PAPER['update_interval']})")
+        g.add_argument("--maestro_lr", type=float, default=None,
+                       help=f"Conductor AdamW learning rate; unset (None) = --maestro_recipe's (paper: {PAPER['lr']:g})")
+        g.add_argument("--maestro_entropy_coef", type=float, default=1e-3, help="Conductor entropy bonus (paper: 1e-3)")
+        g.add_argument("--maestro_tau_init", type=float, default=1.0, help="initial (learned) Conductor temperature")
+        g.add_argument("--maestro_kl_in_reward", type=float, default=0.0,
+                       help="beta_r: each response's reward becomes w . r - beta_r * KL(policy || reference) on it "
+                            "(--kl_type estimator, mean over its tokens), so the advantage the Conductor learns from "
+                            "includes it (the paper's figure 2: 0.1). 0 = off, credo's default: the KL stays in the loss "
+                            "(--beta) as in GRPO. > 0 loads the frozen reference even with --beta 0")
+
+    @classmethod
+    def reward_names(cls, args) -> list:
+        """--maestro_rewards, less pref without a reward model (skipped with a warning, as the paper's pref needs one)."""
+        return [n for n in args.maestro_rewards if n != "pref" or args.reward_model_name_or_path]
+
+    @classmethod
+    def check_flags(cls, args, bad):
+        resolve_recipe(args)
+        if args.maestro_kl_in_reward < 0:
+            bad(f"--maestro_kl_in_reward must be >= 0, got {args.maestro_kl_in_reward}")
+        if args.algo != "maestro" and args.maestro_kl_in_reward > 0:
+            bad("--maestro_kl_in_reward puts the KL into MAESTRO's mixed reward and needs --algo maestro "
+                "(other methods: --beta puts it in the loss)")
+
+    @classmethod
+    def validate(cls, args, bad):
+        args.maestro_rewards = [n.strip() for n in args.maestro_rewards.split(",") if n.strip()]
+        unknown = [n for n in args.maestro_rewards if n not in MAESTRO_REWARDS]
+        if unknown:
+            bad(f"--maestro_rewards: unknown reward(s) {','.join(unknown)}; choose from {','.join(MAESTRO_REWARDS)}")
+        if len(set(args.maestro_rewards)) != len(args.maestro_rewards):
+            bad(f"--maestro_rewards lists a reward twice: {','.join(args.maestro_rewards)}")
+        if len(cls.reward_names(args)) < 2:
+            bad("--maestro_rewards needs at least two rewards to orchestrate (pref counts only with "
+                "--reward_model_name_or_path)")
+        if args.max_turns != 1:
+            bad("--algo maestro scores single responses; use --max_turns 1")
+        if args.reward_funcs != ["correctness"] or args.reward_weights is not None:
+            bad("--algo maestro mixes --maestro_rewards with the Conductor's weights; drop --reward_funcs / "
+                "--reward_weights (add `correctness` to --maestro_rewards to mix in the verifier)")
+        if not 0 <= args.maestro_emphasis <= 1:
+            bad(f"--maestro_emphasis must be in [0, 1], got {args.maestro_emphasis}")
+        if args.maestro_update_interval < 1 or args.maestro_tau_init <= 0:
+            bad("--maestro_update_interval must be >= 1 and --maestro_tau_init > 0")
+        if args.maestro_lr < 0:
+            bad(f"--maestro_lr must be >= 0, got {args.maestro_lr}")
+        if "pref" in args.maestro_rewards and not args.reward_model_name_or_path and os.environ.get("RANK", "0") == "0":
+            logger.warning("MAESTRO: no --reward_model_name_or_path given; the `pref` reward is skipped")
+
+    # --- one step ---------------------------------------------------------------------------------------------
+    def __init__(self, args, ctx=None):
+        super().__init__(args, ctx)
+        self.pending = None  # (global hidden, actions) of this step, for the Conductor's update after the advantages
+        self.score_metrics, self.score_timings = {}, {}
+        if ctx is None:  # the advantage maths alone (benchmarks/bench_advantages.py): no Conductor
+            return
+        self.names = self.reward_names(args)
+        model = getattr(ctx.actor, "module", ctx.actor)
+        self.learner = ConductorLearner(hidden_size(model), len(self.names), lr=args.maestro_lr,
+                                        entropy_coef=args.maestro_entropy_coef,
+                                        update_interval=args.maestro_update_interval, tau_init=args.maestro_tau_init,
+                                        hidden_norm=args.maestro_hidden_norm, seed=args.seed, device=ctx.actor.device)
+
+    def response_kl(self, batch) -> torch.Tensor:
+        """Per-response mean KL(policy || reference) over its tokens (--kl_type estimator). Tensor[n] on CPU.
+
+        The reference log-probs are kept on the batch, so the loss does not compute them a second time."""
+        from rl.batching import batched_response_logprobs
+        from rl.loss import kl_penalty
+        ctx, a = self.ctx, self.args
+        micro = a.per_device_train_micro_batch_size
+        ctx.actor.eval()
+        logp = batched_response_logprobs(ctx.actor, batch.input_ids, batch.attention_mask, batch.prompt_len,
+                                         a.temperature, micro)
+        ctx.actor.train()
+        batch.ref_logp = batched_response_logprobs(ctx.reference, batch.input_ids, batch.attention_mask,
+                                                   batch.prompt_len, a.temperature, micro)
+        mask = batch.response_mask.to(logp.device)
+        kl = kl_penalty(logp, batch.ref_logp, a.kl_type) * mask
+        return (kl.sum(1) / mask.sum(1).clamp(min=1)).float().cpu()
+
+    def weights(self, n: int, hidden: torch.Tensor):
+        """(weights Tensor[N, K], actions Tensor[N] or None, probs Tensor[N, K] or None) for the N global rows."""
+        c, k = self.config, len(self.names)
+        if c.maestro_weights == "conductor":
+            h = dist.all_gather_cat(hidden)
+            actions, probs = self.learner.act(h.to(self.learner.conductor.log_tau.device))
+            self.pending = (h, actions)
+            return emphasis_weights(actions, k, c.maestro_emphasis), actions, probs.cpu()
+        if c.maestro_weights == "random_action":
+            actions = self.learner.random_actions(n)
+            return emphasis_weights(actions, k, c.maestro_emphasis), actions, None
+        if c.maestro_weights == "random":
+            return self.learner.random_weight_vectors(n), None, None
+        return torch.full((n, k), 1.0 / k), None, None
+
+    def scalarize(self, batch, components):
+        """Each response's reward w_i . r_i (minus beta_r * its KL with --maestro_kl_in_reward), w_i from the
+        Conductor's action for it (or the ablation's). components: the scorer's {name: Tensor[n]} on [0, 1]."""
+        c, rank = self.config, self.ctx.rank
+        t0 = time.perf_counter()
+        kl = self.response_kl(batch) if c.maestro_kl_in_reward > 0 else None
+        t1 = time.perf_counter()
+        group_ids = dist.all_gather_cat(batch.group_ids)
+        matrix = torch.stack([dist.all_gather_cat(components[k]) for k in self.names], dim=1)   # [N, K] global
+        weights, actions, probs = self.weights(len(group_ids), batch.policy_hidden)
+        n = len(batch)
+        mine = slice(rank * n, (rank + 1) * n)
+        if actions is not None:
+            batch.extras["actions"] = actions[mine]
+        scores = mixed_reward(matrix[mine], weights[mine])
+        if kl is not None:
+            scores = scores - c.maestro_kl_in_reward * kl
+        m = {f"conductor/weight/{name}": weights[:, j].mean().item() for j, name in enumerate(self.names)}
+        raw = {name: dist.all_gather_cat(batch.reward_raw[name]) for name in self.names}
+        m.update({f"maestro/raw/{name}": v[~torch.isnan(v)].mean().item() if (~torch.isnan(v)).any()
+                  else float("nan") for name, v in raw.items()})
+        m["conductor/tau"] = self.learner.conductor.tau
+        kinds = [kind for kinds in dist.all_gather_object([s.get("kind") for s in batch.samples]) for kind in kinds]
+        m.update(mean_weights_by_kind(weights, kinds, self.names, "conductor/weight"))
+        if probs is not None:
+            m["conductor/entropy"] = -(probs * probs.log()).sum(-1).mean().item()
+            m.update(mean_weights_by_kind(probs, kinds, self.names, "conductor/pi"))
+        if kl is not None:
+            m["maestro/kl_in_reward"] = dist.all_gather_cat(kl).mean().item()
+        self.score_metrics = m
+        self.score_timings = {"conductor": time.perf_counter() - t1}
+        if kl is not None:
+            self.score_timings["maestro_kl"] = t1 - t0
+        return scores
+
+    def after_score(self, batch, timings):
+        """The metrics of this step's scalarisation (the scorer called `scalarize` during scoring)."""
+        timings.update(self.score_timings)
+        metrics, self.score_metrics = self.score_metrics, {}
+        return metrics
+
+    def advantages(self, batch):
+        """The GRPO group advantage of the scalarised rewards (rl.advantages.maestro's grpo(w(a_i) . r_i)); the
+        Conductor's meta-reward."""
+        return grpo(batch.scores, batch.group_ids, scale=self.config.scale_rewards), {}
+
+    def after_advantages(self, batch, advantages, timings):
+        if self.pending is None:
+            return {}
+        t0 = time.perf_counter()
+        h, actions = self.pending
+        self.pending = None
+        metrics = self.learner.record(h, actions, advantages)
+        timings["conductor"] = timings.get("conductor", 0.0) + time.perf_counter() - t0
+        return metrics
+
+    def state_dict(self) -> dict:
+        return {"learner": self.learner.state_dict()} if self.ctx is not None else {}
+
+    def load_state_dict(self, state: dict):
+        if "learner" in state:
+            self.learner.load_state_dict(state["learner"])
+
+
+def resolve_recipe(args):
+    """Fill the Conductor flags left unset from --maestro_recipe (explicit flags win)."""
+    recipe = RECIPES[args.maestro_recipe]
+    for key in ("hidden_norm", "lr", "update_interval"):
+        if getattr(args, f"maestro_{key}") is None:
+            setattr(args, f"maestro_{key}", recipe[key])
