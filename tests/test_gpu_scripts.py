@@ -12,11 +12,12 @@ import subprocess
 
 import pytest
 
+import rl.methods
 import rl.rollout_vllm
 from rl.config import build_parser, parse_args
 from tests.helpers import REPO_ROOT
 
-METHODS = ("grpo", "gdpo", "dara", "tcpo", "maestro")
+METHODS = tuple(rl.methods.METHODS)  # every method, a new one included, goes through every launcher
 MODELS = {"qwen3-4b": "Qwen/Qwen3-4B", "r1-distill-llama-8b": "deepseek-ai/DeepSeek-R1-Distill-Llama-8B"}
 DEPLOYMENTS = ("single_gpu", "single_node", "multi_node")
 

@@ -3,7 +3,8 @@
 # of a run, written out so that the launcher documents it (DeepSpeed-Chat's convention). Sourced, not run.
 #
 # Usage of a launcher:  bash scripts/gpu/<deployment>.sh METHOD MODEL [extra train.py flags]
-#   METHOD: grpo | gdpo | dara | tcpo | maestro        MODEL: qwen3-4b | r1-distill-llama-8b
+#   METHOD: any rl/methods/<name>.py (grpo | gdpo | dara | tcpo | mt_grpo | maestro have a recipe below; another
+#           method runs with the shared settings and its own defaults)      MODEL: qwen3-4b | r1-distill-llama-8b
 #   DRY_RUN=1 prints the deepspeed command and exits without running it (tests/test_gpu_scripts.py checks it).
 #   Any setting below can be overridden from the environment (LR=2e-6 MAX_STEPS=50 ...); extra flags go last and
 #   therefore win over the ones written here.
@@ -12,7 +13,7 @@
 
 credo_usage() {
   echo "usage: bash $0 METHOD MODEL [extra train.py flags]" >&2
-  echo "  METHOD: grpo | gdpo | dara | tcpo | maestro;  MODEL: qwen3-4b | r1-distill-llama-8b" >&2
+  echo "  METHOD: a module of rl/methods/ (grpo, gdpo, dara, tcpo, mt_grpo, maestro, ...);  MODEL: qwen3-4b | r1-distill-llama-8b" >&2
   echo "  DRY_RUN=1 prints the command without running it" >&2
 }
 
@@ -98,7 +99,18 @@ credo_configure() {
       method_args=(--algo maestro --maestro_rewards correctness,fmt --format_style boxed --beta 0.0
                    --clip_ratio_high 0.28)
       ;;
-    *) echo "unknown METHOD '$method'" >&2; credo_usage; return 2 ;;
+    mt_grpo)
+      # Zeng et al.'s turn-level GRPO on the same verify-and-refine protocol as tcpo (3 attempts).
+      method_args=(--algo mt_grpo --max_turns 3 --mt_grpo_lambda 1.0 --beta 0.0 --clip_ratio_high 0.28)
+      ;;
+    *)
+      # a method without a recipe here (a new rl/methods/<name>.py) runs with the shared settings below
+      if [ -f "rl/methods/$method.py" ]; then
+        method_args=(--algo "$method")
+      else
+        echo "unknown METHOD '$method'" >&2; credo_usage; return 2
+      fi
+      ;;
   esac
 
   DATA=${DATA:-data/math_train/train.jsonl}     # MATH train (7,470 problems, data/SOURCES.md)
