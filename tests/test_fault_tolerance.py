@@ -137,6 +137,22 @@ def test_a_nan_step_is_skipped_and_repeated_nan_steps_stop_the_run(tiny_model_di
     assert latest_checkpoint(root) == "step_2"  # saved after the (skipped) step 2; step 3 never saved
 
 
+def test_a_nan_step_without_zero_changes_no_weight_and_the_next_step_trains(tiny_model_dir, tmp_path):
+    # stage 0 has no DeepSpeed overflow check: the step guard zeroes the gradient and steps with lr 0
+    out = str(tmp_path)
+    assert_ok(run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--actor_zero_stage", "0",
+                         "--save_steps", "1", "--save_total_limit", "0", "--resume", "none", "--max_steps", "3"],
+                        num_ranks=1, faults=["--nan_loss_at_steps", "2"]))
+    root = os.path.join(out, "checkpoints")
+    weights = {tag: torch.load(os.path.join(root, tag, "mp_rank_00_model_states.pt"), weights_only=False)["module"]
+               for tag in ("step_1", "step_2", "step_3")}
+    assert all(torch.equal(weights["step_1"][k], weights["step_2"][k]) for k in weights["step_1"])
+    assert not all(torch.equal(weights["step_2"][k], weights["step_3"][k]) for k in weights["step_2"])
+    rows = read_metrics(os.path.join(out, "metrics.jsonl"))
+    assert [r["train/skipped_step"] for r in rows] == [0.0, 1.0, 0.0]
+    assert rows[2]["actor/lr"] > 0  # the scheduler set the learning rate again after the skipped step
+
+
 def _children(pid: int) -> list:
     """Processes whose parent is pid (from /proc)."""
     out = []
