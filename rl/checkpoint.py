@@ -13,7 +13,6 @@ import os
 import random
 import re
 import shutil
-import signal
 from dataclasses import dataclass
 
 import deepspeed
@@ -26,8 +25,6 @@ from rl.manifest import (CheckpointError, checkpoint_files, file_entries, fsync_
 
 logger = logging.getLogger(__name__)
 CHECKPOINT_SUBDIR = "checkpoints"
-# Fault injection for the crash-safety test: SIGKILL every rank after its files are written, before the rename.
-FAULT_KILL_IN_SAVE_ENV = "CREDO_FAULT_KILL_IN_SAVE_AT_STEP"
 _TAG = re.compile(r"^step_(\d+)$")
 
 
@@ -162,8 +159,6 @@ def save_checkpoint(engine, output_dir: str, step: int, trainer_state: dict, sav
                                               else _describe_failure(exc, tmp))
         error = _first_error(error)
     if error is None:
-        if os.environ.get(FAULT_KILL_IN_SAVE_ENV) == str(step):
-            os.kill(os.getpid(), signal.SIGKILL)
         try:  # each rank hashes a share of the files (a 135M-parameter checkpoint is ~1.6 GB)
             names = checkpoint_files(tmp)
             mine = file_entries(tmp, names[dist.rank()::dist.world_size()])

@@ -83,6 +83,13 @@ def all_reduce(t: torch.Tensor, op: str = "sum") -> torch.Tensor:
     return reduced.to(t.device)
 
 
+def all_reduce_dict(values: dict, op: str = "sum") -> dict:
+    """{name: float} reduced over ranks in one collective (float64), by name: every rank passes the same names."""
+    names = sorted(values)
+    reduced = all_reduce(torch.tensor([float(values[k]) for k in names], dtype=torch.float64), op)
+    return {k: reduced[i].item() for i, k in enumerate(names)}
+
+
 def barrier():
     if is_dist():
         dist.barrier()

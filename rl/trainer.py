@@ -1,6 +1,5 @@
 """The training loop, in the order of DESIGN.md: rollout, score, advantages, loss, step, log."""
 import logging
-import math
 import os
 import random
 import signal
@@ -18,21 +17,18 @@ from rl.data import PromptStream, training_rows
 from rl.completions import completion_records
 from rl.engine import build_actor, build_reference, set_cpu_threads
 from rl.env_metrics import env_metrics
-from rl.loss import policy_loss
 from rl.metrics import MetricsLogger
 from rl.models import load_tokenizer
 from rl.episodes import run_episodes
 from rl.refinement_metrics import refinement_metrics
-from rl.batching import batched_response_logprobs, micro_batches
-from rl.rollout import make_rollout_backend, response_logprobs
-from rl.rollout_vllm import SamplerMismatch
-from rl.errors import RewardFailure, TrainingAborted
+from rl.rollout import make_rollout_backend
+from rl.errors import RewardFailure
 from rl.scoring import Scorer
 from rl.run_start import parser_defaults, start_run
+from rl.step_guard import StepGuard
+from rl.update import LossSettings, no_grad_logprobs, ppo_update
 
 logger = logging.getLogger(__name__)
-# Fault injection for the tests of the non-finite-step guard: a comma list of steps whose loss is made NaN.
-FAULT_NAN_LOSS_STEPS_ENV = "CREDO_FAULT_NAN_LOSS_STEPS"
 
 
 def _default_single_process_env():
@@ -76,7 +72,7 @@ class Trainer:
             actor=self.actor, tokenizer=self.tokenizer, reference=self.reference,
             score_alternative=self.scorer.score_alternative, rank=self.rank, world=self.world))
         self.step = 0
-        self.counters = {"bad_steps_total": 0, "bad_steps_in_row": 0}
+        self.guard = StepGuard(args.max_bad_steps, args.actor_zero_stage, checkpoint_root(args.output_dir))
         self.stop_signal = None
         self._resume()
         self.metrics = MetricsLogger(args.output_dir, enabled=self.rank == 0, start_step=self.step,
@@ -131,112 +127,30 @@ class Trainer:
         return batch, inputs, method_metrics
 
     def train_on(self, batch, timings):
-        a = self.args
+        """The loss's no-grad log-probs, then the PPO update under the step guard (rl/update.py, rl/step_guard.py)."""
         if self.rollout_backend is not None:
             self.rollout_backend.sleep()  # vLLM gives its GPU memory back while the actor trains
         t0 = time.perf_counter()
-        n, micro = len(batch), a.per_device_train_micro_batch_size
-        accumulation = n // micro
-        global_tokens = float(dist.all_reduce(batch.response_mask.sum()).item())
-        # DeepSpeed divides by the accumulation steps and averages over ranks: undo both so that the step's
-        # gradient is that of the loss over the whole global batch (verl's global-batch aggregation).
-        agg = {"num_tokens": global_tokens / (self.world * accumulation), "num_seqs": micro,
-               "norm_len": a.max_answer_seq_len}
-        if self.reference is not None and batch.ref_logp is None:  # MAESTRO's --maestro_kl_in_reward may have them
-            batch.ref_logp = self._no_grad_logprobs(self.reference, batch, micro)
-        if a.ppo_epochs > 1:  # with one pass the rollout policy is the current one: no extra forward needed
-            batch.old_logp = self._no_grad_logprobs(self.actor, batch, micro)
-        sums = {k: 0.0 for k in ("clipfrac", "clipfrac_lower", "approx_kl", "kl", "entropy", "pg_loss", "loss")}
-        mismatch = SamplerMismatch(a.vllm_is_correction, a.vllm_is_cap)  # vLLM vs trainer log-probs (+ TIS)
-        nonfinite_loss = self._stage0_skipped = False
-        self._stage0_grad_norm = None
-        inject_nan = str(self.step + 1) in os.environ.get(FAULT_NAN_LOSS_STEPS_ENV, "").split(",")
-        self.actor.train()
-        for _ in range(a.ppo_epochs):
-            for part in (mb.of(batch) for mb in micro_batches(batch.attention_mask, batch.prompt_len, micro)):
-                mask = part.response_mask
-                logp, entropy = response_logprobs(self.actor, part.input_ids, part.attention_mask, part.prompt_len,
-                                                  a.temperature, with_entropy=True)
-                old = part.old_logp if part.old_logp is not None else logp.detach()
-                is_w = mismatch.weights(old, part.rollout_logp, mask)
-                loss, stats = policy_loss(logp, old, part.advantages, mask,
-                                          a.clip_ratio_low, a.clip_ratio_high, a.clip_ratio_c, a.loss_agg_mode,
-                                          ref_logp=part.ref_logp, beta=a.beta, kl_type=a.kl_type, is_weights=is_w,
-                                          **agg)
-                if inject_nan:
-                    loss = loss * float("nan")
-                nonfinite_loss |= not bool(torch.isfinite(loss.detach()))
-                self.actor.backward(loss)
-                if self.actor.is_gradient_accumulation_boundary():
-                    self._guard_stage0_gradients()
-                # ZeRO 1-3 skip an optimizer step whose gradient norm is not finite (DeepSpeed's overflow check).
-                self.actor.step()
-                tokens = float(mask.sum())
-                stats["entropy"] = (entropy * mask).sum() / max(tokens, 1.0)
-                stats["loss"] = loss.detach()
-                for k in sums:
-                    if k in stats:
-                        sums[k] += float(stats[k]) * (1.0 if k == "loss" else tokens)
+        settings = LossSettings.from_args(self.args)
+        no_grad_logprobs(self.actor, self.reference, batch, settings)
+        self.guard.start_step()
+        tally = ppo_update(self.actor, batch, settings, self.guard)
         timings["train"] = time.perf_counter() - t0
-        local_tokens = float(batch.response_mask.sum()) * a.ppo_epochs
-        reduced = dist.all_reduce(torch.tensor([sums[k] for k in sums] + [local_tokens], dtype=torch.float64))
-        out = {f"actor/{k}": reduced[i].item() / max(reduced[-1].item(), 1.0) for i, k in enumerate(sums) if k != "loss"}
-        out["actor/loss"] = reduced[list(sums).index("loss")].item() / (self.world * accumulation * a.ppo_epochs)
-        if self.reference is None:
-            out.pop("actor/kl")
-        out.update(mismatch.metrics())
-        grad_norm = self.actor.get_global_grad_norm()
-        if grad_norm is None:  # DeepSpeed does not report it without ZeRO in fp32: the stage-0 guard measured it
-            grad_norm = self._stage0_grad_norm
-        grad_norm = float(grad_norm) if grad_norm is not None else float("nan")
-        out["actor/grad_norm"] = grad_norm
+        out = tally.metrics(with_kl=self.reference is not None)
+        out["actor/grad_norm"] = self.guard.grad_norm(self.actor.get_global_grad_norm())
         out["actor/lr"] = float(self.actor.get_lr()[0])
-        bad = nonfinite_loss or self._stage0_skipped or not math.isfinite(grad_norm)
-        bad = dist.all_reduce(torch.tensor([float(bad)]), op="max").item() > 0
-        self._count_bad_step(bad)
-        out["train/skipped_step"] = float(bad)
-        out["train/skipped_steps_total"] = float(self.counters["bad_steps_total"])
+        out.update(self.guard.end_step(self.step + 1, out["actor/grad_norm"]))
         return out
 
-    def _guard_stage0_gradients(self):
-        """Without ZeRO, DeepSpeed applies any gradient: zero non-finite ones and step with lr 0 (a no-op)."""
-        if self.args.actor_zero_stage != 0:
-            return
-        # the global gradient norm (gradients are already averaged over ranks here), before clipping
-        norms = [p.grad.detach().float().norm() for p in self.actor.module.parameters() if p.grad is not None]
-        self._stage0_grad_norm = float(torch.stack(norms).norm()) if norms else 0.0
-        finite = math.isfinite(self._stage0_grad_norm)
-        if dist.all_reduce(torch.tensor([0.0 if finite else 1.0]), op="max").item() == 0:
-            return
-        for p in self.actor.module.parameters():
-            if p.grad is not None:
-                p.grad.zero_()
-        for group in self.actor.optimizer.param_groups:
-            group["lr"] = 0.0  # the scheduler sets it again on its next step
-        self._stage0_skipped = True
-
-    def _count_bad_step(self, bad: bool):
-        if not bad:
-            self.counters["bad_steps_in_row"] = 0
-            return
-        self.counters["bad_steps_total"] += 1
-        self.counters["bad_steps_in_row"] += 1
-        logger.warning("step %d: non-finite loss or gradients; the update was skipped (%d in a row)",
-                       self.step + 1, self.counters["bad_steps_in_row"])
-        if self.counters["bad_steps_in_row"] >= self.args.max_bad_steps:
-            raise TrainingAborted(
-                f"{self.counters['bad_steps_in_row']} consecutive steps had non-finite loss or gradients "
-                f"(--max_bad_steps {self.args.max_bad_steps}); stopping. The last good checkpoint in "
-                f"{checkpoint_root(self.args.output_dir)} is untouched.")
+    @property
+    def counters(self) -> dict:
+        """The step guard's bad-step counters, checkpointed under "counters"."""
+        return self.guard.counters
 
     @staticmethod
     def _global_mean_std(x: torch.Tensor):
         gathered = dist.all_gather_cat(x.detach().float().cpu())
         return gathered.mean().item(), gathered.std().item() if len(gathered) > 1 else 0.0
-
-    def _no_grad_logprobs(self, engine, batch, micro):
-        return batched_response_logprobs(engine, batch.input_ids, batch.attention_mask, batch.prompt_len,
-                                         self.args.temperature, micro)
 
     def train_step(self) -> dict:
         timings = {}

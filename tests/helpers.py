@@ -54,16 +54,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_train(args: list, num_ranks: int = 1, timeout: int = 600, launcher: bool = True, port: int = None):
-    """Run train.py under the real `deepspeed` launcher (or plain python with launcher=False)."""
+def run_train(args: list, num_ranks: int = 1, timeout: int = 600, launcher: bool = True, port: int = None,
+              faults: list = None):
+    """Run train.py under the real `deepspeed` launcher (or plain python with launcher=False); with `faults`
+    (tests/faults.py's flags, e.g. ["--nan_loss_at_steps", "2"]) it runs through tests.faults instead."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=REPO_ROOT, TOKENIZERS_PARALLELISM="false")
     if "--dtype" not in args:  # --dtype auto means bf16 on AMX / AVX-512 BF16 CPUs: keep the suite's runs exact fp32
         args = [*args, "--dtype", "fp32"]
+    script = ["train.py"] if faults is None else ["--module" if launcher else "-m", "tests.faults", *faults]
     if launcher:
         cmd = [os.path.join(os.path.dirname(sys.executable), "deepspeed"), "--num_gpus", str(num_ranks),
-               "--master_port", str(port or free_port()), "train.py", *args]
+               "--master_port", str(port or free_port()), *script, *args]
     else:
-        cmd = [sys.executable, "train.py", *args]
+        cmd = [sys.executable, *script, *args]
     return subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 

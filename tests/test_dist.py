@@ -64,11 +64,14 @@ def _worker(rank, port, out):
     summed = dist.all_reduce(counts)
     largest = dist.all_reduce(torch.tensor([float(rank)]), op="max")
     gathered = dist.all_gather_cat(torch.arange(2, dtype=torch.int64) + 2 * rank)
+    # the two ranks build their dicts in different orders: the reduction pairs values by name, not by position
+    named = {"tokens": 4.0 * (rank + 1), "loss": 0.5 * (rank + 1)}
+    named = dist.all_reduce_dict(named if rank == 0 else dict(reversed(named.items())))
     out[rank] = {
         "caller_tensor_after": counts.tolist(),
         "sum": summed.tolist(), "sum_dtype": str(summed.dtype), "sum_device": str(summed.device),
         "sum_is_new_tensor": summed.data_ptr() != counts.data_ptr(),
-        "max": largest.tolist(), "gathered": gathered.tolist(), "gathered_dtype": str(gathered.dtype),
+        "max": largest.tolist(), "named": named, "gathered": gathered.tolist(), "gathered_dtype": str(gathered.dtype),
         "objects": dist.all_gather_object({"rank": rank}),
         "devices_seen": _devices_seen_by_collectives(rank),
     }
@@ -93,6 +96,11 @@ def test_all_reduce_returns_a_new_tensor_and_leaves_the_callers_alone(two_ranks)
         assert r["caller_tensor_after"] == [float(rank + 1), 10.0 * (rank + 1)]
         assert r["sum"] == [3.0, 30.0] and r["sum_dtype"] == "torch.float64" and r["sum_device"] == "cpu"
         assert r["sum_is_new_tensor"] and r["max"] == [1.0]
+
+
+def test_all_reduce_dict_sums_values_by_name_whatever_the_insertion_order(two_ranks):
+    for rank in (0, 1):
+        assert two_ranks[rank]["named"] == {"loss": 1.5, "tokens": 12.0}
 
 
 def test_all_gather_cat_concatenates_in_rank_order(two_ranks):

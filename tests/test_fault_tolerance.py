@@ -62,15 +62,8 @@ def test_stop_and_resume_at_an_epoch_boundary_matches_an_uninterrupted_run(unint
 
 def test_a_kill_during_a_save_keeps_the_previous_checkpoint_and_resume_works(tiny_model_dir, tmp_path):
     out = str(tmp_path)
-    env_backup = os.environ.get("CREDO_FAULT_KILL_IN_SAVE_AT_STEP")
-    os.environ["CREDO_FAULT_KILL_IN_SAVE_AT_STEP"] = "3"
-    try:
-        killed = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--save_steps", "1"],
-                           num_ranks=2)
-    finally:
-        os.environ.pop("CREDO_FAULT_KILL_IN_SAVE_AT_STEP")
-        if env_backup is not None:
-            os.environ["CREDO_FAULT_KILL_IN_SAVE_AT_STEP"] = env_backup
+    killed = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--save_steps", "1"],
+                       num_ranks=2, faults=["--kill_in_save_at_step", "3"])
     assert killed.returncode != 0
     root = os.path.join(out, "checkpoints")
     assert latest_checkpoint(root) == "step_2"
@@ -126,26 +119,38 @@ def test_a_reward_that_always_raises_stops_the_run_with_a_checkpoint(tiny_model_
 
 def test_a_nan_step_is_skipped_and_repeated_nan_steps_stop_the_run(tiny_model_dir, tmp_path):
     out = str(tmp_path)
-    os.environ["CREDO_FAULT_NAN_LOSS_STEPS"] = "2"
-    try:
-        assert_ok(run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--save_steps", "1",
-                             "--save_total_limit", "0", "--resume", "none"], num_ranks=1))
-        root = os.path.join(out, "checkpoints")
-        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
-        after1 = get_fp32_state_dict_from_zero_checkpoint(root, tag="step_1")
-        after2 = get_fp32_state_dict_from_zero_checkpoint(root, tag="step_2")
-        assert all(torch.equal(after1[k], after2[k]) for k in after1)  # the NaN step changed nothing
-        rows = read_metrics(os.path.join(out, "metrics.jsonl"))
-        assert [r["train/skipped_step"] for r in rows] == [0.0, 1.0, 0.0, 0.0]
+    assert_ok(run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--save_steps", "1",
+                         "--save_total_limit", "0", "--resume", "none"], num_ranks=1,
+                        faults=["--nan_loss_at_steps", "2"]))
+    root = os.path.join(out, "checkpoints")
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+    after1 = get_fp32_state_dict_from_zero_checkpoint(root, tag="step_1")
+    after2 = get_fp32_state_dict_from_zero_checkpoint(root, tag="step_2")
+    assert all(torch.equal(after1[k], after2[k]) for k in after1)  # the NaN step changed nothing
+    rows = read_metrics(os.path.join(out, "metrics.jsonl"))
+    assert [r["train/skipped_step"] for r in rows] == [0.0, 1.0, 0.0, 0.0]
 
-        os.environ["CREDO_FAULT_NAN_LOSS_STEPS"] = "2,3"
-        stopped = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--save_steps", "1",
-                             "--resume", "none", "--max_bad_steps", "2"], num_ranks=1)
-    finally:
-        os.environ.pop("CREDO_FAULT_NAN_LOSS_STEPS")
+    stopped = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--save_steps", "1",
+                         "--resume", "none", "--max_bad_steps", "2"], num_ranks=1, faults=["--nan_loss_at_steps", "2,3"])
     assert stopped.returncode != 0
     assert "2 consecutive steps had non-finite loss or gradients" in stopped.stdout + stopped.stderr
     assert latest_checkpoint(root) == "step_2"  # saved after the (skipped) step 2; step 3 never saved
+
+
+def test_a_nan_step_without_zero_changes_no_weight_and_the_next_step_trains(tiny_model_dir, tmp_path):
+    # stage 0 has no DeepSpeed overflow check: the step guard zeroes the gradient and steps with lr 0
+    out = str(tmp_path)
+    assert_ok(run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--actor_zero_stage", "0",
+                         "--save_steps", "1", "--save_total_limit", "0", "--resume", "none", "--max_steps", "3"],
+                        num_ranks=1, faults=["--nan_loss_at_steps", "2"]))
+    root = os.path.join(out, "checkpoints")
+    weights = {tag: torch.load(os.path.join(root, tag, "mp_rank_00_model_states.pt"), weights_only=False)["module"]
+               for tag in ("step_1", "step_2", "step_3")}
+    assert all(torch.equal(weights["step_1"][k], weights["step_2"][k]) for k in weights["step_1"])
+    assert not all(torch.equal(weights["step_2"][k], weights["step_3"][k]) for k in weights["step_2"])
+    rows = read_metrics(os.path.join(out, "metrics.jsonl"))
+    assert [r["train/skipped_step"] for r in rows] == [0.0, 1.0, 0.0]
+    assert rows[2]["actor/lr"] > 0  # the scheduler set the learning rate again after the skipped step
 
 
 def _children(pid: int) -> list:

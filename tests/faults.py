@@ -1,0 +1,87 @@
+"""Test-only fault injection, installed in-process before train.main() runs: the training code carries none.
+
+    deepspeed --num_gpus 2 --module tests.faults --nan_loss_at_steps 2,3 [train.py flags]
+    (tests.helpers.run_train(args, faults=["--nan_loss_at_steps", "2,3"]) builds this command)
+
+--nan_loss_at_steps S,..: every micro-batch loss of those (1-based) steps is multiplied by NaN, as a numerically
+    blown-up step would be; the per-token stats stay as computed, the loss and its gradients do not.
+--kill_in_save_at_step N: in the save of step N every rank SIGKILLs itself once its files are written, before the
+    manifest and the rename (the crash-safety test's "kill during a save").
+
+Each fault wraps one module-level name the code calls (rl.update.policy_loss, rl.checkpoint.checkpoint_files);
+if that name is gone after a refactor the install fails loudly instead of silently injecting nothing.
+"""
+import argparse
+import functools
+import os
+import signal
+
+_current_step = [0]  # the step being trained (1-based), set by the wrapped Trainer.train_step
+
+
+def _wrap(module, name: str, make_wrapper):
+    if not callable(getattr(module, name, None)):
+        raise AttributeError(f"tests/faults.py: {module.__name__}.{name} is gone; move this fault to its new home")
+    setattr(module, name, functools.wraps(getattr(module, name))(make_wrapper(getattr(module, name))))
+
+
+def _track_steps():
+    from rl.trainer import Trainer
+    if getattr(Trainer.train_step, "_credo_tracked", False):
+        return
+    original = Trainer.train_step
+
+    def train_step(self):
+        _current_step[0] = self.step + 1
+        return original(self)
+    train_step._credo_tracked = True
+    Trainer.train_step = train_step
+
+
+def nan_loss_at_steps(steps):
+    """Make the loss of every micro-batch of `steps` (1-based) NaN."""
+    import rl.update
+    steps = set(steps)
+    _track_steps()
+
+    def make(policy_loss):
+        def nan_policy_loss(*args, **kwargs):
+            loss, stats = policy_loss(*args, **kwargs)
+            return (loss * float("nan") if _current_step[0] in steps else loss), stats
+        return nan_policy_loss
+    _wrap(rl.update, "policy_loss", make)
+
+
+def kill_in_save_at_step(step: int):
+    """SIGKILL each rank in save_checkpoint of `step`, after its files are written and before the rename."""
+    import rl.checkpoint
+
+    def make(checkpoint_files):
+        def killing_checkpoint_files(folder):
+            if os.path.basename(os.path.normpath(folder)) == f".tmp-step_{step}":
+                os.kill(os.getpid(), signal.SIGKILL)
+            return checkpoint_files(folder)
+        return killing_checkpoint_files
+    _wrap(rl.checkpoint, "checkpoint_files", make)
+
+
+def _steps(text: str) -> list:
+    return [int(s) for s in text.split(",") if s]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="tests.faults", allow_abbrev=False,
+                                     description="train.py with faults injected (tests only)")
+    parser.add_argument("--nan_loss_at_steps", type=_steps, default=[], help="comma list of steps (default: none)")
+    parser.add_argument("--kill_in_save_at_step", type=int, default=None, help="a step (default: none)")
+    faults, train_argv = parser.parse_known_args(argv)
+    if faults.nan_loss_at_steps:
+        nan_loss_at_steps(faults.nan_loss_at_steps)
+    if faults.kill_in_save_at_step is not None:
+        kill_in_save_at_step(faults.kill_in_save_at_step)
+    import train
+    train.main(train_argv)
+
+
+if __name__ == "__main__":
+    main()
