@@ -25,7 +25,8 @@ from rl.models import load_tokenizer
 from rl.episodes import run_episodes
 from rl.refinement_metrics import refinement_metrics
 from rl.batching import batched_response_logprobs, micro_batches
-from rl.rollout import make_rollout_backend, response_logprobs
+from rl.logprobs import response_logprobs
+from rl.samplers import make_sampler
 from rl.rollout_vllm import SamplerMismatch
 from rl.errors import RewardFailure, TrainingAborted
 from rl.scoring import Scorer
@@ -71,7 +72,7 @@ class Trainer:
             return
         self.actor = build_actor(args, self.world, args.max_steps)
         self.reference = build_reference(args, self.world)
-        self.rollout_backend = make_rollout_backend(args, self.actor)  # None: the actor generates (--rollout_backend)
+        self.sampler = make_sampler(args, self.actor, self.tokenizer)  # who generates (rl/samplers.py)
         self.scorer.attach_policy(self.actor, self.tokenizer)  # --reward_funcs ppl / ent / fmt / len / pref
         self.hooks = build_step_hooks(args.algo, self)  # a method's extra work around the advantages, and its state
         self.step = 0
@@ -109,7 +110,7 @@ class Trainer:
         g = a.num_generations
         samples = [row for row in rows for _ in range(g)]
         envs = [self.scorer.new_env() for _ in samples]
-        return run_episodes(self.actor, self.tokenizer, envs, samples, torch.tensor(ids).repeat_interleave(g),
+        return run_episodes(self.sampler, self.tokenizer, envs, samples, torch.tensor(ids).repeat_interleave(g),
                             self.scorer.safe_step, a, timings)
 
     def score(self, batch, timings):
@@ -139,8 +140,7 @@ class Trainer:
 
     def train_on(self, batch, timings):
         a = self.args
-        if self.rollout_backend is not None:
-            self.rollout_backend.sleep()  # vLLM gives its GPU memory back while the actor trains
+        self.sampler.sleep()  # vLLM gives its GPU memory back while the actor trains (a no-op for the others)
         t0 = time.perf_counter()
         n, micro = len(batch), a.per_device_train_micro_batch_size
         accumulation = n // micro

@@ -32,6 +32,7 @@ class TCPOCounterfactuals(StepHooks):
     def after_score(self, batch, timings):
         from rl.counterfactual import counterfactuals
         t = self.trainer
-        cf, count = counterfactuals(t.actor, t.tokenizer, batch, t.scorer.score_alternative, t.args, timings)
+        cf, count = counterfactuals(t.actor, t.sampler, t.tokenizer, batch, t.scorer.score_alternative, t.args,
+                                     timings)
         batch.counterfactual = cf
         return {"tcpo/cf_turns": float(count), "tcpo/cf_applied": float(torch.isfinite(cf).sum())}
