@@ -26,6 +26,7 @@ from rl.episode_end import check_env_supports, env_kwargs
 from rl.episodes import run_episodes
 from rl.evaluation import aggregate, markdown_table, model_label, setting_differences
 from rl.models import DEFAULT_MODEL_DIR, load_tokenizer
+from rl.samplers import make_sampler
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -151,6 +152,7 @@ def evaluate(model, tokenizer, rows, args, show_progress: bool = True, indices: 
     """
     indices = list(range(len(rows))) if indices is None else indices
     verifier = args.env_cls.make_verifier(answer_key=args.answer_key)
+    sampler = make_sampler(args, model, tokenizer)  # --decode_loop, greedy at --temperature 0
     samples = [(p, row) for p, row in enumerate(rows) for _ in range(args.n)]
     problems = [{"id": row.get("id", i), "answer": row.get(args.answer_key), "correct_by_turn": [],
                  "score_by_turn": [], "responses": []}
@@ -164,7 +166,7 @@ def evaluate(model, tokenizer, rows, args, show_progress: bool = True, indices: 
         chunk = samples[start:start + args.batch_size]
         envs = [args.env_cls(verifier=verifier, prompt_key=args.prompt_key, answer_key=args.answer_key,
                              max_turns=args.max_turns, **env_kwargs(args, args.env_cls)) for _ in chunk]
-        batch = run_episodes(model, tokenizer, envs, [row for _, row in chunk], torch.tensor([p for p, _ in chunk]),
+        batch = run_episodes(sampler, tokenizer, envs, [row for _, row in chunk], torch.tensor([p for p, _ in chunk]),
                              lambda env, text: env.step(text), args, {})
         for (p, _), env, scores, conversation in zip(chunk, envs, batch.turn_scores.tolist(), batch.conversations):
             taken = [s for s in scores if s == s]  # drop NaN (turns not taken)

@@ -22,7 +22,7 @@ from benchmarks.bench_envs import single_digit_rows  # noqa: E402
 from benchmarks.bench_vs_trl import GROUP, MAX_NEW, MODEL, PROMPTS, TEMPERATURE, machine_info  # noqa: E402
 from benchmarks.results_io import write_results  # noqa: E402
 from rl.decode import sample_batch  # noqa: E402
-from rl.rollout import encode_prompts, response_mask_from_ids  # noqa: E402
+from rl.tokens import encode_prompts, response_mask_from_ids  # noqa: E402
 
 
 def hf_generate(model, ids, mask, max_new, eos, temperature):

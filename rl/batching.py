@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rl.rollout import response_logprobs
+from rl.logprobs import response_logprobs
 
 
 @dataclass

@@ -14,7 +14,6 @@ import torch
 from rl import dist
 from rl.advantages.tcpo import eligible_turns
 from rl.batching import batched_response_logprobs
-from rl.rollout import eos_ids, lockstep, sample_turn
 
 
 def turn_surprisal(logp: torch.Tensor, turn_ids: torch.Tensor, num_turns: int) -> torch.Tensor:
@@ -35,8 +34,11 @@ def candidate_turns(turn_scores: torch.Tensor, args) -> torch.Tensor:
 
 
 @torch.no_grad()
-def counterfactuals(engine, tokenizer, batch, score_fn, args, timings) -> tuple:
+def counterfactuals(engine, sampler, tokenizer, batch, score_fn, args, timings) -> tuple:
     """Returns (cf Tensor[N, T], number of turns that got alternatives).
+
+    engine: the actor (the surprisal forward); sampler: the run's sampler (rl/samplers.py), which draws the
+    alternatives as it draws the rollout's turns.
 
     score_fn(env, text) -> float | None scores an alternative at the env's turn without advancing it (None when
     the env cannot, or the call failed: that turn gets no counterfactual).
@@ -47,7 +49,7 @@ def counterfactuals(engine, tokenizer, batch, score_fn, args, timings) -> tuple:
     candidates = candidate_turns(batch.turn_scores, args)
     # Every rank of a ZeRO-3 engine must make the same forward/generate calls (each gathers parameters
     # collectively), so a rank without candidates still takes part when another rank has some.
-    any_candidates = candidates.any() if not lockstep(engine) else \
+    any_candidates = candidates.any() if not sampler.lockstep else \
         dist.all_reduce(torch.tensor([float(candidates.any())]), op="max").item() > 0
     if args.tcpo_cf_budget <= 0 or not any_candidates:
         timings["counterfactual"] = time.perf_counter() - t0
@@ -68,8 +70,8 @@ def counterfactuals(engine, tokenizer, batch, score_fn, args, timings) -> tuple:
         prompt_tokens = int(batch.attention_mask[i, :batch.prompt_len].sum())
         start = int((batch.turn_ids[i] == k).nonzero()[0])  # first model token of turn k in the response part
         contexts += [real[:prompt_tokens + start]] * args.tcpo_cf_samples
-    alternatives = sample_turn(engine, tokenizer, contexts, args, timings)
-    eos = set(eos_ids(tokenizer, getattr(engine, 'module', engine)))
+    alternatives, _ = sampler.generate(contexts, timings)
+    eos = set(sampler.eos_ids)
     for j, (i, k) in enumerate(chosen):
         texts = [tokenizer.decode([t for t in alt if t not in eos])
                  for alt in alternatives[j * args.tcpo_cf_samples:(j + 1) * args.tcpo_cf_samples]]

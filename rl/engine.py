@@ -7,12 +7,18 @@ one all-gather per rollout phase instead of one per layer per token.
 import contextlib
 import logging
 import os
+import weakref
 
 import deepspeed
 import torch
 from deepspeed.accelerator import get_accelerator
+from deepspeed.runtime.hybrid_engine import DeepSpeedHybridEngine
 
 logger = logging.getLogger(__name__)
+# transformers holds only a weak reference to the HfDeepSpeedConfig it reads (`is_deepspeed_zero3_enabled`, which
+# `from_pretrained` and `generate` consult): each engine's config is kept alive here for exactly the engine's life,
+# without attaching anything to the engine.
+_ZERO3_CONFIGS = weakref.WeakKeyDictionary()
 
 # HF model types whose decoder layer has a DeepSpeed 0.19 hybrid-engine inference container
 # (deepspeed/module_inject/containers: the HybridEngineContainer subclasses, looked up through
@@ -153,7 +159,7 @@ def build_actor(args, world_size: int, num_training_steps: int):
 
     engine, *_ = deepspeed.initialize(model=model, config=cfg, lr_scheduler=scheduler,
                                       model_parameters=_param_groups(model, args.actor_weight_decay))
-    engine._credo_hf_ds_config = hf_ds_config
+    _keep_zero3_config(engine, hf_ds_config)
     return engine
 
 
@@ -183,12 +189,19 @@ def build_reference(args, world_size: int):
     model.requires_grad_(False)
     model.eval()
     engine, *_ = deepspeed.initialize(model=model, config=cfg)
-    engine._credo_hf_ds_config = hf_ds_config
+    _keep_zero3_config(engine, hf_ds_config)
     return engine
 
 
+def _keep_zero3_config(engine, hf_ds_config) -> None:
+    if hf_ds_config is not None:
+        _ZERO3_CONFIGS[engine] = hf_ds_config
+
+
 def hybrid_engine_active(engine) -> bool:
-    return hasattr(engine, "generate") and type(engine).__name__ == "DeepSpeedHybridEngine"
+    """Whether DeepSpeed built its hybrid engine for this actor (`--enable_hybrid_engine` on CUDA, for a supported
+    architecture; otherwise build_actor fell back to a plain engine)."""
+    return isinstance(engine, DeepSpeedHybridEngine)
 
 
 def _zero3_offload_coordinator(engine):
@@ -206,20 +219,7 @@ def generation_model(engine):
     duration (as TRL does), so that generating T tokens does not re-gather every layer T times.
     """
     module = getattr(engine, "module", engine)  # a plain nn.Module (eval, tests) generates as it is
-    if module is engine:
-        yield module
-    elif hybrid_engine_active(engine):
-        # DeepSpeed-Chat's protocol: engine.eval() swaps the inference kernels in (module.generate is already the
-        # hybrid engine's), engine.train() swaps the training forwards back.
-        was_training = engine.training
-        engine.eval()
-        try:
-            yield module
-        finally:
-            engine.train()
-            if not was_training:
-                torch.nn.Module.train(engine, False)
-    elif engine.zero_optimization_partition_weights():
+    if module is not engine and engine.zero_optimization_partition_weights():
         coordinator = _zero3_offload_coordinator(engine)
         with deepspeed.zero.GatheredParameters(list(module.parameters())):
             for param in module.parameters():
@@ -233,6 +233,23 @@ def generation_model(engine):
                 coordinator._register_deepspeed_module(coordinator.module, count=[0])
     else:
         yield module
+
+
+@contextlib.contextmanager
+def hybrid_engine_inference(engine: DeepSpeedHybridEngine):
+    """Yield the module whose `generate` runs DeepSpeed's inference kernels.
+
+    DeepSpeed-Chat's protocol: engine.eval() swaps the inference kernels in (module.generate is already the hybrid
+    engine's), engine.train() swaps the training forwards back.
+    """
+    was_training = engine.training
+    engine.eval()
+    try:
+        yield engine.module
+    finally:
+        engine.train()
+        if not was_training:
+            torch.nn.Module.train(engine, False)
 
 
 def set_cpu_threads():

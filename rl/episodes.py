@@ -13,7 +13,7 @@ import torch
 
 from rl import dist
 from rl.env_contract import ContractCheckedStep, check_reset, numeric_step_values
-from rl.rollout import encode_prompts, eos_ids, lockstep, sample_turn_with_logprobs
+from rl.tokens import encode_prompts
 from rl.types import Rollout
 
 
@@ -31,19 +31,20 @@ def _feedback(tokenizer, messages: list, rendered_so_far: str):
     return tokenizer(full[len(rendered_so_far):], add_special_tokens=False)["input_ids"], full
 
 
-def any_live(engine, live: list) -> bool:
+def any_live(sampler, live: list) -> bool:
     """Whether another turn is played. In lockstep (ZeRO-3 on several ranks) the ranks play the same number of
     turns, a rank whose trajectories all ended joining the others' generate calls with nothing to generate."""
-    if not lockstep(engine):
+    if not sampler.lockstep:
         return bool(live)
     return dist.all_reduce(torch.tensor([float(len(live))]), op="max").item() > 0
 
 
 @torch.no_grad()
-def run_episodes(engine, tokenizer, envs: list, samples: list, group_ids: torch.Tensor, step_fn, args, timings):
+def run_episodes(sampler, tokenizer, envs: list, samples: list, group_ids: torch.Tensor, step_fn, args, timings):
     """Play N episodes (one env instance each) and lay them out for training.
 
     Args:
+        sampler: generates every turn (rl/samplers.py; `make_sampler(args, model, tokenizer)`).
         envs: N fresh env instances; samples: N dataset rows; group_ids: Tensor[N] (same id = same prompt).
         step_fn: step_fn(env, text) -> StepResult, the guarded env.step (failures come back as done, score 0).
     Returns:
@@ -54,7 +55,7 @@ def run_episodes(engine, tokenizer, envs: list, samples: list, group_ids: torch.
         EnvContractError at the first reset or step that returns the wrong type (rl/env_contract.py).
     """
     n, max_turns = len(envs), args.max_turns
-    eos = eos_ids(tokenizer, getattr(engine, 'module', engine))
+    eos = sampler.eos_ids
     conversations = [check_reset(env, env.reset(sample)) for env, sample in zip(envs, samples)]
     violations = []  # contract violations of env.step, recorded even where step_fn's guard swallows them
     for env in envs:
@@ -73,10 +74,10 @@ def run_episodes(engine, tokenizer, envs: list, samples: list, group_ids: torch.
     reward_time = 0.0
     live = list(range(n))
     for turn in range(max_turns):
-        if not any_live(engine, live):
+        if not any_live(sampler, live):
             break
         contexts = [prompts[i] + [t for seg, _ in segments[i] for t in seg] for i in live]
-        outputs, logps = sample_turn_with_logprobs(engine, tokenizer, contexts, args, timings)
+        outputs, logps = sampler.generate(contexts, timings)
         texts = [tokenizer.decode([t for t in tokens if t not in eos]) for tokens in outputs]
         t0 = time.perf_counter()
         with ThreadPoolExecutor(max_workers=max(1, getattr(args, "code_workers", 1))) as pool:
@@ -104,8 +105,8 @@ def run_episodes(engine, tokenizer, envs: list, samples: list, group_ids: torch.
     for env in envs:
         vars(env).pop("step", None)  # the class's own step again (TCPO's counterfactuals use score_turn)
     timings["reward"] = timings.get("reward", 0.0) + reward_time
-    batch = _layout(tokenizer, prompts, segments, turn_scores, completions, samples, group_ids, engine.device)
-    batch.rollout_logp = _sampler_logp_layout(segments, sampler_logps, batch.response_mask.shape[1], engine.device)
+    batch = _layout(tokenizer, prompts, segments, turn_scores, completions, samples, group_ids, sampler.device)
+    batch.rollout_logp = _sampler_logp_layout(segments, sampler_logps, batch.response_mask.shape[1], sampler.device)
     batch.prompts, batch.envs, batch.conversations = first_user_messages, envs, conversations
     batch.env_values = env_values
     return batch

@@ -284,7 +284,7 @@ class VLLMRollout:
         if self.sleep_level == 2:
             self.synced_step = None  # the weights are gone: the next phase must load them again
 
-    def _prepare(self):
+    def wake(self):
         """Wake (weights first), load the actor's weights when they changed, then wake the KV cache."""
         step = getattr(self.engine, "global_steps", 0)
         if not self.awake:
@@ -327,7 +327,7 @@ class VLLMRollout:
         Returns:
             (B token lists through the first EOS, B lists of their sampling log-probs under vLLM)
         """
-        self._prepare()
+        self.wake()
         local = len(contexts)
         if self.tp > 1:
             gathered = [None] * self.tp

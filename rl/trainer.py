@@ -21,7 +21,7 @@ from rl.metrics import MetricsLogger
 from rl.models import load_tokenizer
 from rl.episodes import run_episodes
 from rl.refinement_metrics import refinement_metrics
-from rl.rollout import make_rollout_backend
+from rl.samplers import make_sampler
 from rl.errors import RewardFailure
 from rl.scoring import Scorer
 from rl.run_start import parser_defaults, start_run
@@ -65,11 +65,11 @@ class Trainer:
             return
         self.actor = build_actor(args, self.world, args.max_steps)
         self.reference = build_reference(args, self.world)
-        self.rollout_backend = make_rollout_backend(args, self.actor)  # None: the actor generates (--rollout_backend)
+        self.sampler = make_sampler(args, self.actor, self.tokenizer)  # who generates (rl/samplers.py)
         self.scorer.attach_policy(self.actor, self.tokenizer)  # --reward_funcs ppl / ent / fmt / len / pref
         # the --algo method (rl/methods/): its advantages, its work around them, and the state it carries
         self.method = build_method(args.algo, args, StepContext(
-            actor=self.actor, tokenizer=self.tokenizer, reference=self.reference,
+            actor=self.actor, tokenizer=self.tokenizer, reference=self.reference, sampler=self.sampler,
             score_alternative=self.scorer.score_alternative, rank=self.rank, world=self.world))
         self.step = 0
         self.guard = StepGuard(args.max_bad_steps, args.actor_zero_stage, checkpoint_root(args.output_dir))
@@ -106,7 +106,7 @@ class Trainer:
         g = a.num_generations
         samples = [row for row in rows for _ in range(g)]
         envs = [self.scorer.new_env() for _ in samples]
-        return run_episodes(self.actor, self.tokenizer, envs, samples, torch.tensor(ids).repeat_interleave(g),
+        return run_episodes(self.sampler, self.tokenizer, envs, samples, torch.tensor(ids).repeat_interleave(g),
                             self.scorer.safe_step, a, timings)
 
     def score(self, batch, timings):
@@ -128,8 +128,7 @@ class Trainer:
 
     def train_on(self, batch, timings):
         """The loss's no-grad log-probs, then the PPO update under the step guard (rl/update.py, rl/step_guard.py)."""
-        if self.rollout_backend is not None:
-            self.rollout_backend.sleep()  # vLLM gives its GPU memory back while the actor trains
+        self.sampler.sleep()  # vLLM gives its GPU memory back while the actor trains (a no-op for the others)
         t0 = time.perf_counter()
         settings = LossSettings.from_args(self.args)
         no_grad_logprobs(self.actor, self.reference, batch, settings)

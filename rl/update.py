@@ -12,7 +12,7 @@ import torch
 from rl import dist
 from rl.batching import batched_response_logprobs, micro_batches
 from rl.loss import policy_loss
-from rl.rollout import response_logprobs
+from rl.logprobs import response_logprobs
 from rl.rollout_vllm import SamplerMismatch
 
 # Per-token statistics, reported as token-weighted means over every rank's response tokens (actor/<name>).

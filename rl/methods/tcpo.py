@@ -62,7 +62,8 @@ class TCPO(Method):
         ["counterfactual"] Tensor[n, T] (NaN = none)."""
         from rl.counterfactual import counterfactuals  # imported here: it pulls in the generation code
         ctx = self.ctx
-        cf, count = counterfactuals(ctx.actor, ctx.tokenizer, batch, ctx.score_alternative, self.args, timings)
+        cf, count = counterfactuals(ctx.actor, ctx.sampler, ctx.tokenizer, batch, ctx.score_alternative, self.args,
+                                    timings)
         batch.extras["counterfactual"] = cf
         return {"tcpo/cf_turns": float(count), "tcpo/cf_applied": float(torch.isfinite(cf).sum())}
 

@@ -1,12 +1,7 @@
+"""rl/logprobs.py: the training forward's positions, log-probs and entropy."""
 import torch
 
-from rl.rollout import encode_prompts, position_ids_from_mask, response_mask_from_ids
-
-
-def test_response_mask_keeps_tokens_through_the_first_eos():
-    ids = torch.tensor([[5, 6, 2, 0, 0], [5, 2, 2, 2, 2], [7, 7, 7, 7, 7]])
-    mask = response_mask_from_ids(ids, eos_token_ids=[2])
-    assert mask.tolist() == [[1, 1, 1, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 1, 1]]
+from rl.logprobs import position_ids_from_mask
 
 
 def test_position_ids_skip_left_padding():
@@ -14,21 +9,13 @@ def test_position_ids_skip_left_padding():
     assert position_ids_from_mask(mask).tolist() == [[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]]
 
 
-def test_prompts_are_left_padded_chat_encodings(tiny_model_dir):
-    from rl.models import load_tokenizer
-    tok = load_tokenizer(tiny_model_dir)
-    ids, mask = encode_prompts(tok, [[{"role": "user", "content": "1+1?"}], [{"role": "user", "content": "10+10?"}]], 64)
-    assert ids.shape == mask.shape and mask[0, 0] == 0 and mask[1].all()
-    text = tok.decode(ids[0][mask[0].bool()])
-    assert text == tok.apply_chat_template([{"role": "user", "content": "1+1?"}], tokenize=False, add_generation_prompt=True)
-
-
 def test_response_logprobs_and_entropy_match_a_full_log_softmax(tiny_model_dir):
     """Only the response positions go through the LM head, and entropy is computed a few rows at a time: the
     results must equal the plain full-sequence computation."""
     from transformers import AutoModelForCausalLM
 
-    from rl.rollout import left_pad, response_logprobs
+    from rl.logprobs import response_logprobs
+    from rl.tokens import left_pad
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     torch.manual_seed(0)
     prompts, _ = left_pad([[5, 6, 7], [8, 9]] * 3, 0, "cpu")
