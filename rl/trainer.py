@@ -30,6 +30,7 @@ from rl.rollout_vllm import SamplerMismatch
 from rl.errors import RewardFailure, TrainingAborted
 from rl.scoring import Scorer
 from rl.run_start import parser_defaults, start_run
+from rl.validation import PeriodicValidation
 import rl.maestro  # noqa: F401  (registers MAESTRO's step hooks)
 
 logger = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ class Trainer:
         if self.run.finished:
             return
         self.actor = build_actor(args, self.world, args.max_steps)
-        self.reference = build_reference(args, self.world)
+        self.reference = build_reference(args, self.world, self.actor)
         self.rollout_backend = make_rollout_backend(args, self.actor)  # None: the actor generates (--rollout_backend)
         self.scorer.attach_policy(self.actor, self.tokenizer)  # --reward_funcs ppl / ent / fmt / len / pref
         self.hooks = build_step_hooks(args.algo, self)  # a method's extra work around the advantages, and its state
@@ -308,6 +309,7 @@ class Trainer:
             self.scorer.close()
             return
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        validation = PeriodicValidation(a, self.actor, self.tokenizer, self.steps)  # --eval_steps (0 = off)
         bar = tqdm(total=self.steps, initial=self.step, desc="train", disable=self.rank != 0, dynamic_ncols=True)
         while self.step < self.steps:
             step_start = (self.trainer_state(), rng_state())
@@ -319,6 +321,7 @@ class Trainer:
                 self.save()
                 raise
             self.step += 1
+            metrics.update(validation.after_step(self.step))
             self.metrics.log(self.step, metrics)
             self.metrics.log_completions(self.step, self.completion_samples)
             if self.rank == 0:
