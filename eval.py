@@ -15,6 +15,7 @@ import os
 import time
 
 import torch
+
 from envs import ENVS, env_class
 from envs.base import EPISODE_ENDS
 from rl.config import DECODE_LOOPS, is_local_model_path

@@ -77,6 +77,8 @@ def test_two_rank_validation_logs_eval_metrics_at_its_steps_equal_to_eval_py(tin
     rows = read_metrics(os.path.join(out, "metrics.jsonl"))
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert not any(k.startswith("eval/") for k in rows[0])
+    # the random base model's greedy answers hold no digit (score 0): a positive score is the trained actor's
+    assert rows[2]["eval/mean_final_score"] > 0
     for row, model_dir in ((rows[1], os.path.join(out, "hf", "step_2")), (rows[2], os.path.join(out, "final"))):
         assert row["eval/num_problems"] == 5  # 5 rows over 2 ranks: one rank pads its shard, nothing counted twice
         expected = eval_py_score(model_dir)
