@@ -55,13 +55,13 @@ def run_config(name: str, flags: list, steps: int, extra: list) -> dict:
 
 def report(result: dict) -> str:
     runs, base = result["runs"], next(iter(result["runs"].values()))
-    lines = [f"# Memory and step time: gradient checkpointing and LoRA ({result['model']}, {result['steps']} steps)",
+    lines = [f"# Memory and step time: {', '.join(runs)} ({result['model']}, {result['steps']} steps each)",
              "", f"CPU: {result['cpu']} ({result['cores']} cores; bf16 matmul: {result['bf16_isa']}); torch "
              f"{result['torch']}; dtype {base['dtype']}; one ZeRO-3 rank; the CPU default's batch (8 prompts x 4 "
              "samples, 32 new tokens). Step time is the mean over the steps after the first (the first includes "
              "warm-up) when there are several.", "",
-             "| config | flags | peak RSS (GiB) | RSS vs full | step (s) | train phase (s) | train vs full | loss step 1 "
-             "| load avg (start, end) |", "|---|---|---|---|---|---|---|---|---|"]
+             "| config | flags | peak RSS (GiB) | RSS vs full | step (s) | train phase (s) | train vs full "
+             "| load avg (start, end) |", "|---|---|---|---|---|---|---|---|"]
 
     def mean_after_first(xs):
         xs = xs[1:] or xs
@@ -70,7 +70,7 @@ def report(result: dict) -> str:
         step, train = mean_after_first(r["step_s"]), mean_after_first(r["train_s"])
         lines.append(f"| {name} | {' '.join(r['flags']) or '(defaults)'} | {r['peak_rss_gib']:.2f} | "
                      f"{r['peak_rss_gib'] / base['peak_rss_gib']:.2f} | {step:.1f} | {train:.1f} | "
-                     f"{train / mean_after_first(base['train_s']):.2f} | {r['actor_loss'][0]:.6g} | "
+                     f"{train / mean_after_first(base['train_s']):.2f} | "
                      f"{r['load_avg_1min'][0]:.1f}, {r['load_avg_1min'][1]:.1f} |")
     lines += ["", "The load average is the machine's (shared with other jobs): where it exceeds the core count, the "
               "times are stretched by other work and only the ratios of runs under similar load mean much.",
