@@ -59,7 +59,7 @@ def nan_as_none(metrics: dict) -> dict:
 # --- real launcher runs ---------------------------------------------------------------------------------------
 
 TINY_RUN = ["--env", FIXTURE_ENV, "--num_generations", "4", "--per_device_generation_batch_size", "2",
-            "--max_answer_seq_len", "12", "--temperature", "1.0", "--actor_learning_rate", "3e-3",
+            "--max_answer_seq_len", "12", "--temperature", "1.0", "--actor_learning_rate", "1e-2",
             "--num_train_samples", "200", "--actor_zero_stage", "3", "--max_steps", "3"]
 
 
