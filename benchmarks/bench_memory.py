@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,12 +42,14 @@ def run_config(name: str, flags: list, steps: int, extra: list) -> dict:
     load_before = os.getloadavg()[0]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
+        shutil.rmtree(out, ignore_errors=True)
         raise SystemExit(f"{name} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
     rss = int(next(line.split()[1] for line in proc.stdout.splitlines() if line.startswith("MAXRSS_KIB")))
     with open(os.path.join(out, "metrics.jsonl")) as f:
         rows = [json.loads(line) for line in f]
     with open(os.path.join(out, "config.json")) as f:
         dtype = json.load(f)["flags"]["dtype"]
+    shutil.rmtree(out, ignore_errors=True)  # a full checkpoint of the default model is 1.6 GB
     return {"flags": flags, "peak_rss_gib": rss / 2 ** 20, "dtype": dtype,
             "load_avg_1min": [load_before, os.getloadavg()[0]],
             "step_s": [r["time/step"] for r in rows], "train_s": [r["time/train"] for r in rows],
