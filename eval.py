@@ -15,18 +15,15 @@ import os
 import time
 
 import torch
-from tqdm import tqdm
 
 from envs import ENVS, env_class
 from envs.base import EPISODE_ENDS
 from rl.config import DECODE_LOOPS, is_local_model_path
 from rl.data import DataError, load_rows
 from rl.data_files import data_paths
-from rl.episode_end import check_env_supports, env_kwargs
-from rl.episodes import run_episodes
-from rl.evaluation import aggregate, markdown_table, model_label, setting_differences
+from rl.episode_end import check_env_supports
+from rl.evaluation import aggregate, evaluate, markdown_table, model_label, setting_differences
 from rl.models import DEFAULT_MODEL_DIR, load_tokenizer
-from rl.samplers import make_sampler
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -143,47 +140,6 @@ def init_ranks():
     local = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device(f"cuda:{local}") if torch.cuda.is_available() else torch.device("cpu")
     return dist.rank(), dist.world_size(), device
-
-
-def evaluate(model, tokenizer, rows, args, show_progress: bool = True, indices: list = None) -> list:
-    """Play n episodes per problem; return one record per problem with correct_by_turn and the responses.
-
-    `indices` are the rows' positions in the whole eval set (a rank's shard), the default id of a row without one.
-    """
-    indices = list(range(len(rows))) if indices is None else indices
-    verifier = args.env_cls.make_verifier(answer_key=args.answer_key)
-    sampler = make_sampler(args, model, tokenizer)  # --decode_loop, greedy at --temperature 0
-    samples = [(p, row) for p, row in enumerate(rows) for _ in range(args.n)]
-    problems = [{"id": row.get("id", i), "answer": row.get(args.answer_key), "correct_by_turn": [],
-                 "score_by_turn": [], "responses": []}
-                for i, row in zip(indices, rows)]
-    done = correct = 0
-    # One update per batch, rated over the whole run (smoothing=0): per-problem updates all land at the end of a
-    # batch, and tqdm's moving average then read one batch's seconds as each problem's (an ETA of hours).
-    bar = tqdm(total=len(rows), desc="eval", unit="problem", dynamic_ncols=True, smoothing=0,
-               disable=not show_progress)
-    for start in range(0, len(samples), args.batch_size):
-        chunk = samples[start:start + args.batch_size]
-        envs = [args.env_cls(verifier=verifier, prompt_key=args.prompt_key, answer_key=args.answer_key,
-                             max_turns=args.max_turns, **env_kwargs(args, args.env_cls)) for _ in chunk]
-        batch = run_episodes(sampler, tokenizer, envs, [row for _, row in chunk], torch.tensor([p for p, _ in chunk]),
-                             lambda env, text: env.step(text), args, {})
-        for (p, _), env, scores, conversation in zip(chunk, envs, batch.turn_scores.tolist(), batch.conversations):
-            taken = [s for s in scores if s == s]  # drop NaN (turns not taken)
-            record = env.episode_record()  # env-specific extras (AppWorld: task id, checks passed)
-            if record:
-                problems[p].setdefault("episodes", []).append({**record, "sample": len(problems[p]["correct_by_turn"])})
-            problems[p]["correct_by_turn"].append([int(s >= 1.0 - 1e-6) for s in taken])
-            problems[p]["score_by_turn"].append(taken)
-            problems[p]["responses"].append([m["content"] for m in conversation if m["role"] == "assistant"])
-            if len(problems[p]["correct_by_turn"]) == args.n:
-                done += 1
-                correct += sum(s[-1] for s in problems[p]["correct_by_turn"] if s) / args.n
-        if done:
-            bar.set_postfix(pass1=f"{correct / done:.3f}", refresh=False)
-        bar.update(done - bar.n)
-    bar.close()
-    return problems
 
 
 def plot_success_by_turn(metrics: dict, path: str):

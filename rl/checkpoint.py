@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from rl import dist
+from rl.lora import is_lora, merged_state_dict, save_adapter
 from rl.manifest import (CheckpointError, checkpoint_files, file_entries, fsync_dir, read_manifest,
                          verify_checkpoint, write_manifest)
 
@@ -355,13 +356,19 @@ def gathered_state_dict(module) -> dict:
 def export_hf(engine, tokenizer, out_dir: str):
     """Write an HF folder (safetensors, config, tokenizer, chat template) loadable by from_pretrained. Collective.
 
-    Written to a temporary sibling and renamed, so a crash mid-export never leaves a half-written `final`.
+    With LoRA (--lora_r) the weights are the base with the adapters merged in, and OUTPUT/adapter holds the adapter
+    alone (peft's format). Written to a temporary sibling and renamed, so a crash mid-export never leaves a half-written `final`.
     """
     state = gathered_state_dict(engine.module)
+    lora = is_lora(engine.module)
+    merged = merged_state_dict(engine.module, state) if lora else state  # collective with LoRA
     if dist.rank() == 0:
         tmp = out_dir.rstrip("/") + ".tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        engine.module.save_pretrained(tmp, state_dict=state, safe_serialization=True)
+        model = engine.module.get_base_model() if lora else engine.module
+        model.save_pretrained(tmp, state_dict=merged, safe_serialization=True)
+        if lora:  # LoRA: the merged model loads anywhere (eval.py, vLLM); the adapter alone is kept beside it
+            save_adapter(engine.module, state, os.path.join(tmp, "adapter"))
         tokenizer.save_pretrained(tmp)
         shutil.rmtree(out_dir, ignore_errors=True)
         os.rename(tmp, out_dir)

@@ -100,6 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
     from envs.appworld.flags import add_appworld_flags
     add_appworld_flags(p)
 
+    from rl.lora import add_lora_flags
+    from rl.validation import add_validation_flags
+    add_lora_flags(p)
+    add_validation_flags(p)
+
     g = p.add_argument_group("optimisation")
     g.add_argument("--actor_learning_rate", type=float, default=2e-5, help="AdamW learning rate")
     g.add_argument("--actor_weight_decay", type=float, default=0.0, help="AdamW weight decay")
@@ -121,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="DeepSpeed hybrid engine for generation (CUDA and an architecture whose DeepSpeed 0.19 "
                         "container fits transformers 5.x: bloom, gptj, gpt_neo, untested; not llama, gpt_neox, qwen, "
                         "opt: rl/engine.py says why; elsewhere one warning and gather-and-generate)")
+    g.add_argument("--gradient_checkpointing", action="store_true",
+                   help="recompute each decoder layer's activations in backward (transformers' checkpointing, "
+                        "use_reentrant=False): less activation memory for more compute")
     g.add_argument("--local_rank", type=int, default=-1, help="set by the deepspeed launcher")
 
     g = p.add_argument_group("rollout backend (GPU)")
@@ -314,6 +322,10 @@ def validate(args) -> None:
         args.tensorboard_path = os.path.join(args.output_dir, "tensorboard")
     if args.offload and args.actor_zero_stage == 0:
         bad("--offload moves ZeRO partitions to the CPU and needs --actor_zero_stage 1, 2 or 3 (got 0)")
+    from rl.lora import validate_lora
+    from rl.validation import validate_validation
+    validate_lora(args, bad)
+    validate_validation(args, env_cls, bad)
     validate_rollout_backend(args, bad)
 
 

@@ -14,6 +14,9 @@ import torch
 from deepspeed.accelerator import get_accelerator
 from deepspeed.runtime.hybrid_engine import DeepSpeedHybridEngine
 
+from rl.actor_model import prepare_actor_model
+from rl.lora import AdaptersOffReference
+
 logger = logging.getLogger(__name__)
 # transformers holds only a weak reference to the HfDeepSpeedConfig it reads (`is_deepspeed_zero3_enabled`, which
 # `from_pretrained` and `generate` consult): each engine's config is kept alive here for exactly the engine's life,
@@ -152,6 +155,7 @@ def build_actor(args, world_size: int, num_training_steps: int):
                            "HF generate instead", fallback)
     model, hf_ds_config = _load_model(args.model_name_or_path, cfg, dtype)
     model.config.use_cache = True  # generation uses the KV cache; training forwards pass use_cache=False
+    model = prepare_actor_model(model, args)  # --gradient_checkpointing, --lora_r (peft adapters, base frozen)
 
     def scheduler(optimizer):
         return get_scheduler(args.lr_scheduler_type, optimizer=optimizer, num_warmup_steps=args.num_warmup_steps,
@@ -178,11 +182,13 @@ def hybrid_engine_refusal(config):
     return None if ok else why
 
 
-def build_reference(args, world_size: int):
+def build_reference(args, world_size: int, actor=None):
     """The frozen reference, partitioned like the actor. None when nothing uses it (beta = 0 and no MAESTRO KL in
-    the reward)."""
+    the reward). With --lora_r, the actor with its adapters disabled (rl/lora.py): no second copy."""
     if args.beta == 0 and not getattr(args, "maestro_kl_in_reward", 0):
         return None
+    if getattr(args, "lora_r", 0):
+        return AdaptersOffReference(actor)
     dtype = resolve_dtype(args.dtype)
     cfg = ds_config(args, world_size, dtype, train=False)
     model, hf_ds_config = _load_model(args.model_name_or_path, cfg, dtype)

@@ -1,4 +1,5 @@
-"""Evaluation metrics over sampled (multi-turn) attempts: pass@k, best-turn pass@k, success by turn.
+"""Evaluation: playing the episodes (eval.py's and train.py's --eval_steps share `evaluate`) and the metrics over
+sampled (multi-turn) attempts: pass@k, best-turn pass@k, success by turn.
 
 Each problem has n samples; each sample has `correct_by_turn`, one 0/1 per turn it took (and optionally
 `score_by_turn`, the verifier's graded score of each turn). A sample's *final* correctness is its last turn's; its
@@ -9,6 +10,10 @@ at its first success); under --episode_end max_turns they differ by the solution
 import os
 from math import comb
 
+import torch
+from tqdm import tqdm
+
+from rl.episode_end import env_kwargs
 from rl.refinement_metrics import transition_rates
 
 
@@ -62,6 +67,49 @@ def aggregate(problems: list, ks: list, max_turns: int) -> dict:
         metrics["mean_final_score"] = sum(s[-1] if s else 0.0 for s in graded) / len(graded)
         metrics["mean_best_score"] = sum(max(s) if s else 0.0 for s in graded) / len(graded)
     return metrics
+
+
+def evaluate(model, tokenizer, rows, args, show_progress: bool = True, indices: list = None) -> list:
+    """Play n episodes per problem; return one record per problem with correct_by_turn and the responses.
+
+    `indices` are the rows' positions in the whole eval set (a rank's shard), the default id of a row without one.
+    """
+    from rl.episodes import run_episodes  # here: the metrics above need no model stack
+    from rl.samplers import make_sampler
+    indices = list(range(len(rows))) if indices is None else indices
+    verifier = args.env_cls.make_verifier(answer_key=args.answer_key)
+    sampler = make_sampler(args, model, tokenizer)  # --decode_loop, greedy at --temperature 0
+    samples = [(p, row) for p, row in enumerate(rows) for _ in range(args.n)]
+    problems = [{"id": row.get("id", i), "answer": row.get(args.answer_key), "correct_by_turn": [],
+                 "score_by_turn": [], "responses": []}
+                for i, row in zip(indices, rows)]
+    done = correct = 0
+    # One update per batch, rated over the whole run (smoothing=0): per-problem updates all land at the end of a
+    # batch, and tqdm's moving average then read one batch's seconds as each problem's (an ETA of hours).
+    bar = tqdm(total=len(rows), desc="eval", unit="problem", dynamic_ncols=True, smoothing=0,
+               disable=not show_progress)
+    for start in range(0, len(samples), args.batch_size):
+        chunk = samples[start:start + args.batch_size]
+        envs = [args.env_cls(verifier=verifier, prompt_key=args.prompt_key, answer_key=args.answer_key,
+                             max_turns=args.max_turns, **env_kwargs(args, args.env_cls)) for _ in chunk]
+        batch = run_episodes(sampler, tokenizer, envs, [row for _, row in chunk], torch.tensor([p for p, _ in chunk]),
+                             lambda env, text: env.step(text), args, {})
+        for (p, _), env, scores, conversation in zip(chunk, envs, batch.turn_scores.tolist(), batch.conversations):
+            taken = [s for s in scores if s == s]  # drop NaN (turns not taken)
+            record = env.episode_record()  # env-specific extras (AppWorld: task id, checks passed)
+            if record:
+                problems[p].setdefault("episodes", []).append({**record, "sample": len(problems[p]["correct_by_turn"])})
+            problems[p]["correct_by_turn"].append([int(s >= 1.0 - 1e-6) for s in taken])
+            problems[p]["score_by_turn"].append(taken)
+            problems[p]["responses"].append([m["content"] for m in conversation if m["role"] == "assistant"])
+            if len(problems[p]["correct_by_turn"]) == args.n:
+                done += 1
+                correct += sum(s[-1] for s in problems[p]["correct_by_turn"] if s) / args.n
+        if done:
+            bar.set_postfix(pass1=f"{correct / done:.3f}", refresh=False)
+        bar.update(done - bar.n)
+    bar.close()
+    return problems
 
 
 def appworld_metrics(records: list) -> dict:

@@ -36,6 +36,7 @@ HARMLESS_FLAGS = frozenset({
     "local_rank", "dist_timeout_minutes", "actor_zero_stage", "offload", "enable_hybrid_engine",
     "rollout_backend", "decode_loop", "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size", "vllm_sleep_level",
     "code_workers", "skip_bad_rows", "max_reward_error_rate", "max_bad_steps",
+    "gradient_checkpointing", "eval_steps", "eval_limit", "eval_data_path", "eval_data_split",
 })
 
 

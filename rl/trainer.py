@@ -27,6 +27,7 @@ from rl.scoring import Scorer
 from rl.run_start import parser_defaults, start_run
 from rl.step_guard import StepGuard
 from rl.update import LossSettings, no_grad_logprobs, ppo_update
+from rl.validation import PeriodicValidation
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class Trainer:
         if self.run.finished:
             return
         self.actor = build_actor(args, self.world, args.max_steps)
-        self.reference = build_reference(args, self.world)
+        self.reference = build_reference(args, self.world, self.actor)
         self.sampler = make_sampler(args, self.actor, self.tokenizer)  # who generates (rl/samplers.py)
         self.scorer.attach_policy(self.actor, self.tokenizer)  # --reward_funcs ppl / ent / fmt / len / pref
         # the --algo method (rl/methods/): its advantages, its work around them, and the state it carries
@@ -214,6 +215,7 @@ class Trainer:
             self.scorer.close()
             return
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        validation = PeriodicValidation(a, self.actor, self.tokenizer, self.steps)  # --eval_steps (0 = off)
         bar = tqdm(total=self.steps, initial=self.step, desc="train", disable=self.rank != 0, dynamic_ncols=True)
         while self.step < self.steps:
             step_start = (self.trainer_state(), rng_state())
@@ -225,6 +227,7 @@ class Trainer:
                 self.save()
                 raise
             self.step += 1
+            metrics.update(validation.after_step(self.step))
             self.metrics.log(self.step, metrics)
             self.metrics.log_completions(self.step, self.completion_samples)
             if self.rank == 0:
