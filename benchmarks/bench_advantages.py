@@ -16,15 +16,14 @@ import statistics
 import sys
 import time
 
+import torch
+
+from benchmarks.results_io import write_results
+from rl.advantages import AdvantageInputs, compute_advantages
+from rl.advantages.registry import BATCH_ADAPTERS
+from rl.config import build_parser
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-from benchmarks.results_io import write_results  # noqa: E402
-
-import torch  # noqa: E402
-
-from rl.advantages import AdvantageInputs, compute_advantages  # noqa: E402
-from rl.advantages.registry import BATCH_ADAPTERS  # noqa: E402
-from rl.config import build_parser  # noqa: E402
 
 # TRL's GRPOTrainer on this task, measured before credo existed (issue 10): the fallback reference step.
 TRL_STEP_SECONDS = 33.0

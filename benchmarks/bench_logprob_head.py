@@ -14,15 +14,13 @@ Variants, on hidden states of shape [B, R + 1, H] (B = 32 responses, R = 48 toke
 import argparse
 import os
 import statistics
-import sys
 import time
 
+import torch
+
+from rl.loss import entropy_from_logits
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
-import torch  # noqa: E402
-
-from rl.loss import entropy_from_logits  # noqa: E402
 
 
 def credo_head(h, w, targets, t, entropy=True):

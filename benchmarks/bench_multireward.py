@@ -17,9 +17,9 @@ import subprocess
 import sys
 import time
 
+from rl.metrics import read_metrics
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-from rl.metrics import read_metrics  # noqa: E402
 
 LENGTH_KEY = "concise_answer/mean"  # reward/<name>/mean over responses that gave a number (abstentions left out)
 METHODS = {
