@@ -1,7 +1,7 @@
 """The environment interface every task implements (single- or multi-turn), and verify-and-refine envs."""
 from dataclasses import dataclass, field
 
-from rl.dotted import load_dotted
+from rewards.dotted import load_dotted
 
 ENVS = {}
 RETRY_FEEDBACK = "That answer is not correct. Check your work and try again."

@@ -64,35 +64,6 @@ def aggregate(problems: list, ks: list, max_turns: int) -> dict:
     return metrics
 
 
-def appworld_metrics(records: list) -> dict:
-    """AppWorld's metrics as fractions in [0, 1] (AppWorld reports them x 100).
-
-    records: one per episode, {"task_id": "<scenario>_<n>", "difficulty": 1-3, "success": bool, "pass_count",
-    "num_tests", optional "sample": which of a task's n samples}. TGC (task goal completion): the share of episodes
-    whose every check passed. SGC (scenario goal completion): the share of scenarios all of whose tasks succeeded,
-    one scenario outcome per sample index (with n = 1, AppWorld's definition). A scenario's difficulty is its
-    hardest task's. avg_pass_rate: the mean share of checks passed.
-    """
-    if not records:
-        return {}
-    scenarios = {}  # (scenario, sample) -> [difficulty, all succeeded]
-    for r in records:
-        key = (r["task_id"].rpartition("_")[0] or r["task_id"], r.get("sample", 0))
-        d, ok = scenarios.get(key, (0, True))
-        scenarios[key] = (max(d, r.get("difficulty") or 0), ok and bool(r["success"]))
-    m = {"appworld/tgc": sum(bool(r["success"]) for r in records) / len(records),
-         "appworld/sgc": sum(ok for _, ok in scenarios.values()) / len(scenarios),
-         "appworld/avg_pass_rate": sum(r["pass_count"] / r["num_tests"] if r["num_tests"] else float(bool(r["success"]))
-                                       for r in records) / len(records)}
-    for level in sorted({r.get("difficulty") for r in records if r.get("difficulty")}):
-        tasks = [r for r in records if r.get("difficulty") == level]
-        m[f"appworld/tgc/difficulty_{level}"] = sum(bool(r["success"]) for r in tasks) / len(tasks)
-        scen = [ok for d, ok in scenarios.values() if d == level]
-        if scen:
-            m[f"appworld/sgc/difficulty_{level}"] = sum(scen) / len(scen)
-    return m
-
-
 def markdown_table(metrics: dict, other: dict = None, names=("this run", "other")) -> str:
     """Metrics as a markdown table; with `other`, side by side with the difference."""
     if other is None:

@@ -3,9 +3,9 @@ import time
 
 import torch
 
+from rewards.lm_tensors import entropy_from_logits, left_pad, position_ids_from_mask
 from rl.decode import sample_batch
 from rl.engine import hybrid_engine_active, generation_model
-from rl.loss import entropy_from_logits
 
 
 def encode_prompts(tokenizer, conversations: list, max_prompt_seq_len: int):
@@ -29,11 +29,6 @@ def response_mask_from_ids(response_ids: torch.Tensor, eos_token_ids) -> torch.T
     return (eos_before == 0).float()
 
 
-def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Positions that skip left padding, matching what HF generate used. Tensor[B, L] -> Tensor[B, L]."""
-    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-
-
 def eos_ids(tokenizer, model_config) -> list:
     ids = {tokenizer.eos_token_id}
     gen_eos = getattr(getattr(model_config, "generation_config", None), "eos_token_id", None)
@@ -41,17 +36,6 @@ def eos_ids(tokenizer, model_config) -> list:
         if e is not None:
             ids.add(e)
     return sorted(i for i in ids if i is not None)
-
-
-def left_pad(sequences: list, pad_id: int, device):
-    """Token lists -> (Tensor[B, L] left-padded ids, Tensor[B, L] attention mask)."""
-    width = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for i, seq in enumerate(sequences):
-        ids[i, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
-        mask[i, width - len(seq):] = 1
-    return ids.to(device), mask.to(device)
 
 
 def make_rollout_backend(args, engine):

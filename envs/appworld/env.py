@@ -16,6 +16,7 @@ Settings are environment variables (read when an env is made), so no trainer fla
 """
 import os
 
+from envs.appworld.metrics import appworld_metrics, pass_rate
 from envs.base import Env, StepResult, register_env
 from envs.code_env import extract_code
 
@@ -130,7 +131,7 @@ class AppWorldEnv(Env):
     def score(self, result: dict) -> float:
         if self.score_mode == "success":
             return float(bool(result["success"]))
-        return result["pass_count"] / result["num_tests"] if result["num_tests"] else float(bool(result["success"]))
+        return pass_rate(result)
 
     def truncate(self, text: str) -> str:
         if len(text) <= self.max_output_chars:
@@ -151,7 +152,6 @@ class AppWorldEnv(Env):
 
     @classmethod
     def eval_metrics(cls, records: list) -> dict:
-        from rl.evaluation import appworld_metrics
         return appworld_metrics([r for r in records if r.get("task_id")])
 
     @classmethod
