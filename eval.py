@@ -110,8 +110,8 @@ def validate(args):
             data_paths(args.data_path)
         except DataError as exc:
             bad(f"--data_path: {exc}")
-    from envs.appworld.flags import export_appworld_flags
-    export_appworld_flags(args)
+    from envs.appworld.flags import check_appworld_flags
+    check_appworld_flags(args, bad)
     try:
         args.env_cls = env_class(args.env)
     except KeyError as exc:
@@ -127,7 +127,7 @@ def eval_rows(args) -> list:
         except DataError as exc:
             raise SystemExit(f"eval.py: error: bad eval data: {exc}") from None
     else:
-        rows = args.env_cls.dataset("eval", args.limit, 0)
+        rows = args.env_cls.dataset("eval", args.limit, 0, **args.env_cls.settings_from_args(args))
         if rows is None:
             raise SystemExit(f"eval.py: error: --env {args.env} needs --data_path")
     return rows[:args.limit]
@@ -163,7 +163,8 @@ def evaluate(model, tokenizer, rows, args, show_progress: bool = True, indices: 
     for start in range(0, len(samples), args.batch_size):
         chunk = samples[start:start + args.batch_size]
         envs = [args.env_cls(verifier=verifier, prompt_key=args.prompt_key, answer_key=args.answer_key,
-                             max_turns=args.max_turns, **env_kwargs(args, args.env_cls)) for _ in chunk]
+                             max_turns=args.max_turns, **env_kwargs(args, args.env_cls),
+                             **args.env_cls.settings_from_args(args)) for _ in chunk]
         batch = run_episodes(model, tokenizer, envs, [row for _, row in chunk], torch.tensor([p for p, _ in chunk]),
                              lambda env, text: env.step(text), args, {})
         for (p, _), env, scores, conversation in zip(chunk, envs, batch.turn_scores.tolist(), batch.conversations):
@@ -206,7 +207,8 @@ def run_judge(args, rows, problems, baseline_problems, device) -> dict:
     from transformers import AutoModelForCausalLM
 
     from rl.judge import Judge, judge_results
-    env = args.env_cls(verifier=None, prompt_key=args.prompt_key, answer_key=args.answer_key, max_turns=1)
+    env = args.env_cls(verifier=None, prompt_key=args.prompt_key, answer_key=args.answer_key, max_turns=1,
+                       **args.env_cls.settings_from_args(args))
     questions = {str(row.get("id", i)): env.reset(row)[-1]["content"] for i, row in enumerate(rows)}
     model = AutoModelForCausalLM.from_pretrained(args.judge_model).to(device)
     return judge_results(Judge(model, load_tokenizer(args.judge_model)), questions, problems, baseline_problems)

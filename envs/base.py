@@ -37,6 +37,13 @@ class Env:
     def make_verifier(cls, **kwargs):
         return None
 
+    @classmethod
+    def settings_from_args(cls, args) -> dict:
+        """This env's own settings from the run's parsed flags: keywords for its constructor and for `dataset`
+        ({} here). An env with flags of its own (AppWorld's --appworld_*) returns them, so that settings reach every
+        env a run makes as arguments, never through os.environ."""
+        return {}
+
     def reset(self, sample: dict) -> list:
         raise NotImplementedError
 

@@ -320,15 +320,15 @@ def validate(args) -> None:
         except DataError as exc:
             bad(f"--data_path: {exc}")
     from envs import env_class  # imported here: envs pulls in the verifiers
-    from envs.appworld.flags import export_appworld_flags
-    export_appworld_flags(args)
+    from envs.appworld.flags import check_appworld_flags
+    check_appworld_flags(args, bad)
     try:
         env_cls = env_class(args.env)
     except KeyError as exc:
         bad(exc.args[0])
     args.episode_end_given, args.episode_end = args.episode_end, resolve_episode_end(args.episode_end, args.algo)
     check_env_supports(args, env_cls, bad)
-    if args.data_path is None and env_cls.dataset("train", 1, args.seed) is None:
+    if args.data_path is None and env_cls.dataset("train", 1, args.seed, **env_cls.settings_from_args(args)) is None:
         bad(f"--env {args.env} has no data of its own: pass --data_path")
     if is_local_model_path(args.model_name_or_path):
         args.model_name_or_path = os.path.expanduser(args.model_name_or_path)

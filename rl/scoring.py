@@ -45,9 +45,11 @@ class Scorer:
             self.policy_rewards = PolicyRewards(self.policy_names, self.args, actor, tokenizer)
 
     def new_env(self):
+        """One episode's env, with the run's settings as arguments: the episode end (rl/episode_end.py) and the
+        env's own flags (Env.settings_from_args; AppWorld's --appworld_*)."""
         return self.env_cls(verifier=self.shared_verifier, prompt_key=self.args.prompt_key,
                             answer_key=self.args.answer_key, max_turns=self.args.max_turns,
-                            **env_kwargs(self.args, self.env_cls))
+                            **env_kwargs(self.args, self.env_cls), **self.env_cls.settings_from_args(self.args))
 
     def safe_step(self, env, text: str) -> StepResult:
         """env.step under the verifier's timeout and counters; a failure ends the episode with score 0."""
