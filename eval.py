@@ -17,11 +17,11 @@ import time
 import torch
 from tqdm import tqdm
 
-from envs import ENVS, env_class
-from envs.base import EPISODE_ENDS
+from envs import ENVS, env_class_from_flags
+from envs.base import EPISODE_ENDS, SUCCESS_THRESHOLD
 from rl.config import DECODE_LOOPS, is_local_model_path
 from rl.data import DataError, load_rows
-from rl.data_files import data_paths
+from rl.data_files import check_data_path
 from rl.episode_end import check_env_supports, env_kwargs
 from rl.episodes import run_episodes
 from rl.evaluation import aggregate, markdown_table, model_label, setting_differences
@@ -105,17 +105,8 @@ def validate(args):
             args.judge_model = os.path.expanduser(args.judge_model)
             if not os.path.exists(args.judge_model):
                 bad(f"--judge_model {args.judge_model} does not exist")
-    if args.data_path is not None:
-        try:
-            data_paths(args.data_path)
-        except DataError as exc:
-            bad(f"--data_path: {exc}")
-    from envs.appworld.flags import check_appworld_flags
-    check_appworld_flags(args, bad)
-    try:
-        args.env_cls = env_class(args.env)
-    except KeyError as exc:
-        bad(exc.args[0])
+    check_data_path(args, bad)
+    args.env_cls = env_class_from_flags(args, bad)
     args.episode_end_given = args.episode_end
     check_env_supports(args, args.env_cls, bad)
 
@@ -172,7 +163,7 @@ def evaluate(model, tokenizer, rows, args, show_progress: bool = True, indices: 
             record = env.episode_record()  # env-specific extras (AppWorld: task id, checks passed)
             if record:
                 problems[p].setdefault("episodes", []).append({**record, "sample": len(problems[p]["correct_by_turn"])})
-            problems[p]["correct_by_turn"].append([int(s >= 1.0 - 1e-6) for s in taken])
+            problems[p]["correct_by_turn"].append([int(s >= SUCCESS_THRESHOLD) for s in taken])
             problems[p]["score_by_turn"].append(taken)
             problems[p]["responses"].append([m["content"] for m in conversation if m["role"] == "assistant"])
             if len(problems[p]["correct_by_turn"]) == args.n:

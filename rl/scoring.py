@@ -7,16 +7,16 @@ import numpy as np
 import torch
 
 from envs import StepResult, env_class
+from envs.base import SUCCESS_THRESHOLD
 from rewards.base import RewardCaller
 from rewards.pooled import PooledRewards
 from rewards.policy_rewards import POLICY_REWARDS, PolicyRewards, normalise
 from rewards.registry import CORRECTNESS, reward_spec
 from rl import dist
+from rl.advantages.mt_grpo import last_present
 from rl.advantages.stats import group_mean_std
 from rl.episode_end import env_kwargs
 from rl.errors import RewardFailure, TrainingAborted
-
-SUCCESS_THRESHOLD = 1.0 - 1e-6  # a response "succeeds" when its verifier score is full marks
 
 
 class Scorer:
@@ -68,9 +68,7 @@ class Scorer:
         """Tensor[N, T] -> Tensor[N]: the final turn's score, or the best turn's (--traj_score best)."""
         if self.args.traj_score == "best":
             return torch.nan_to_num(turn_scores, nan=float("-inf")).max(1).values
-        present = ~torch.isnan(turn_scores)
-        last = present.long().cumsum(1).argmax(1)
-        return turn_scores.gather(1, last.unsqueeze(1)).squeeze(1)
+        return last_present(turn_scores)
 
     def score(self, batch, step: int = 0):
         """Fill batch.correctness, batch.components ({name: Tensor[N]}, NaN = abstained) and batch.scores.

@@ -16,7 +16,7 @@ Settings are constructor arguments (and `dataset`'s), filled from train.py / eva
 """
 import os
 
-from envs.appworld.flags import BACKENDS, DEFAULT_URL, SCORES, appworld_settings
+from envs.appworld.flags import BACKENDS, DEFAULT_URL, SCORES, appworld_settings, check_appworld_flags
 from envs.appworld.metrics import appworld_metrics, pass_rate
 from envs.base import Env, StepResult, register_env
 from envs.code_env import extract_code
@@ -148,6 +148,10 @@ class AppWorldEnv(Env):
     @classmethod
     def eval_metrics(cls, records: list) -> dict:
         return appworld_metrics([r for r in records if r.get("task_id")])
+
+    @classmethod
+    def check_flags(cls, args, bad) -> None:
+        check_appworld_flags(args, bad)
 
     @classmethod
     def settings_from_args(cls, args) -> dict:
