@@ -2,7 +2,7 @@
 
     python benchmarks/compare.py --name dara_vs_gdpo --seeds 1,2,3,4,5 \
         --method gdpo="--algo gdpo" --method dara-asym="--algo dara --dara_variant asym" \
-        --train_args "--reward_funcs correctness,benchmarks.rewards:answer_line --max_steps 40" \
+        --train_args "--reward_funcs correctness,benchmarks.extra_rewards:concise_answer --max_steps 40" \
         --metric first_step:reward/answer_line/mean:0.8:3 --eval_args "--limit 200"
 
 - The first --method is the baseline; every other method is compared with it seed by seed (the same seeds run

@@ -64,3 +64,14 @@ def test_rewards_and_envs_import_without_the_trainer_or_deepspeed():
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "", f"importing rewards/ and envs/ loaded {proc.stdout.strip()}"
+
+
+@pytest.mark.parametrize("folder", ["benchmarks", "benchmarks/mechanisms", "scripts", "scripts/gpu"])
+def test_no_script_folder_hides_a_package(folder):
+    # `python benchmarks/x.py` puts benchmarks/ first on sys.path: a benchmarks/rewards.py there would be imported
+    # instead of the rewards package (it was, until it became benchmarks/extra_rewards.py)
+    packages = {"rl", "rewards", "envs", "benchmarks", "tests"}
+    names = {name[:-3] for name in os.listdir(os.path.join(REPO_ROOT, folder)) if name.endswith(".py")}
+    names |= {name for name in os.listdir(os.path.join(REPO_ROOT, folder))
+              if os.path.isdir(os.path.join(REPO_ROOT, folder, name))}
+    assert names & packages == set()
