@@ -16,11 +16,11 @@ import time
 
 import torch
 
-from envs import ENVS, env_class
+from envs import ENVS, env_class_from_flags
 from envs.base import EPISODE_ENDS
 from rl.config import DECODE_LOOPS, is_local_model_path
 from rl.data import DataError, load_rows
-from rl.data_files import data_paths
+from rl.data_files import check_data_path
 from rl.episode_end import check_env_supports
 from rl.evaluation import aggregate, evaluate, markdown_table, model_label, setting_differences
 from rl.models import DEFAULT_MODEL_DIR, load_tokenizer
@@ -103,17 +103,8 @@ def validate(args):
             args.judge_model = os.path.expanduser(args.judge_model)
             if not os.path.exists(args.judge_model):
                 bad(f"--judge_model {args.judge_model} does not exist")
-    if args.data_path is not None:
-        try:
-            data_paths(args.data_path)
-        except DataError as exc:
-            bad(f"--data_path: {exc}")
-    from envs.appworld.flags import export_appworld_flags
-    export_appworld_flags(args)
-    try:
-        args.env_cls = env_class(args.env)
-    except KeyError as exc:
-        bad(exc.args[0])
+    check_data_path(args, bad)
+    args.env_cls = env_class_from_flags(args, bad)
     args.episode_end_given = args.episode_end
     check_env_supports(args, args.env_cls, bad)
 
@@ -125,7 +116,7 @@ def eval_rows(args) -> list:
         except DataError as exc:
             raise SystemExit(f"eval.py: error: bad eval data: {exc}") from None
     else:
-        rows = args.env_cls.dataset("eval", args.limit, 0)
+        rows = args.env_cls.dataset("eval", args.limit, 0, **args.env_cls.settings_from_args(args))
         if rows is None:
             raise SystemExit(f"eval.py: error: --env {args.env} needs --data_path")
     return rows[:args.limit]
@@ -164,7 +155,8 @@ def run_judge(args, rows, problems, baseline_problems, device) -> dict:
     from transformers import AutoModelForCausalLM
 
     from rl.judge import Judge, judge_results
-    env = args.env_cls(verifier=None, prompt_key=args.prompt_key, answer_key=args.answer_key, max_turns=1)
+    env = args.env_cls(verifier=None, prompt_key=args.prompt_key, answer_key=args.answer_key, max_turns=1,
+                       **args.env_cls.settings_from_args(args))
     questions = {str(row.get("id", i)): env.reset(row)[-1]["content"] for i, row in enumerate(rows)}
     model = AutoModelForCausalLM.from_pretrained(args.judge_model).to(device)
     return judge_results(Judge(model, load_tokenizer(args.judge_model)), questions, problems, baseline_problems)

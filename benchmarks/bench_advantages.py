@@ -15,15 +15,14 @@ import statistics
 import sys
 import time
 
+import torch
+
+from benchmarks.results_io import write_results
+from rl.config import build_parser
+from rl.methods import METHODS, build_method
+from rl.types import GlobalBatch
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-from benchmarks.results_io import write_results  # noqa: E402
-
-import torch  # noqa: E402
-
-from rl.config import build_parser  # noqa: E402
-from rl.methods import METHODS, build_method  # noqa: E402
-from rl.types import GlobalBatch  # noqa: E402
 
 # TRL's GRPOTrainer on this task, measured before credo existed (issue 10): the fallback reference step.
 TRL_STEP_SECONDS = 33.0

@@ -7,12 +7,10 @@ import argparse
 import os
 import platform
 import shutil
-import sys
 import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 
 
 def folder_bytes(path: str) -> int:
@@ -34,7 +32,7 @@ def main():
     p.add_argument("--saves", type=int, default=2, help="full saves timed")
     p.add_argument("--results", default=os.path.join(REPO, "benchmarks", "results", "checkpoint_cost"))
     a = p.parse_args()
-    from tests.helpers import free_port
+    from benchmarks.ports import free_port
     os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_SIZE="1", MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(free_port()))
     import torch

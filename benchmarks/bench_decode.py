@@ -13,16 +13,15 @@ import statistics
 import sys
 import time
 
+import torch
+
+from benchmarks.bench_envs import single_digit_rows
+from benchmarks.bench_vs_trl import GROUP, MAX_NEW, MODEL, PROMPTS, TEMPERATURE, machine_info
+from benchmarks.results_io import write_results
+from rl.decode import sample_batch
+from rl.tokens import encode_prompts, response_mask_from_ids
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
-import torch  # noqa: E402
-
-from benchmarks.bench_envs import single_digit_rows  # noqa: E402
-from benchmarks.bench_vs_trl import GROUP, MAX_NEW, MODEL, PROMPTS, TEMPERATURE, machine_info  # noqa: E402
-from benchmarks.results_io import write_results  # noqa: E402
-from rl.decode import sample_batch  # noqa: E402
-from rl.tokens import encode_prompts, response_mask_from_ids  # noqa: E402
 
 
 def hf_generate(model, ids, mask, max_new, eos, temperature):

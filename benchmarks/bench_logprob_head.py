@@ -3,7 +3,7 @@ train phase that scales with the vocabulary (SmolLM2: 49,152 x 576, tied embeddi
 
 Variants, on hidden states of shape [B, R + 1, H] (B = 32 responses, R = 48 tokens), fp32:
   credo:            rl.logprobs.response_logprobs' head: full logits, / T, gather - logsumexp, plus the no-grad
-                    entropy (rl.loss.entropy_from_logits), as the trainer runs it;
+                    entropy (rewards.lm_tensors.entropy_from_logits), as the trainer runs it;
   credo-no-entropy: the same without the entropy;
   log_softmax:      log_softmax(logits / T).gather (one fused normalisation);
   trl-chunked:      TRL 1.16's ChunkedLogProbFunction (logits never materialised, recomputed in backward), with
@@ -14,15 +14,13 @@ Variants, on hidden states of shape [B, R + 1, H] (B = 32 responses, R = 48 toke
 import argparse
 import os
 import statistics
-import sys
 import time
 
+import torch
+
+from rewards.lm_tensors import entropy_from_logits
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
-import torch  # noqa: E402
-
-from rl.loss import entropy_from_logits  # noqa: E402
 
 
 def credo_head(h, w, targets, t, entropy=True):

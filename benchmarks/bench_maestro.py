@@ -13,9 +13,9 @@ import platform
 import subprocess
 import sys
 
+from rl.metrics import read_metrics
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-from rl.metrics import read_metrics  # noqa: E402
 
 RUNS = {
     "grpo": ["--algo", "grpo"],

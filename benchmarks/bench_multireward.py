@@ -1,6 +1,6 @@
 """Learning speed of GRPO (summed reward), GDPO, DARA-Asym and DARA-Sym with correctness + a sparse length reward.
 
-The length reward is `benchmarks.rewards:concise_answer` (at most 4 words before the final answer; abstains when no
+The length reward is `benchmarks.extra_rewards:concise_answer` (at most 4 words before the final answer; abstains when no
 number is given, which closes the `\boxed{number}` shortcut the plain `length` reward allowed).
 
 Same model (SmolLM2-135M-Instruct), data, seeds and step budget for every method; each run is `train.py` under
@@ -17,9 +17,9 @@ import subprocess
 import sys
 import time
 
+from rl.metrics import read_metrics
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-from rl.metrics import read_metrics  # noqa: E402
 
 LENGTH_KEY = "concise_answer/mean"  # reward/<name>/mean over responses that gave a number (abstentions left out)
 METHODS = {
@@ -55,7 +55,7 @@ def main():
             t0 = time.time()
             if not os.path.exists(os.path.join(out, "eval.json")):  # finished runs are reused when re-invoked
                 run([deepspeed, "--num_gpus", "1", "--master_port", "29533", "train.py", *flags,
-                     "--reward_funcs", "correctness,benchmarks.rewards:concise_answer", "--dtype", a.dtype,
+                     "--reward_funcs", "correctness,benchmarks.extra_rewards:concise_answer", "--dtype", a.dtype,
                      "--max_steps", str(a.max_steps), "--seed", str(seed), "--resume", "none", "--output_dir", out],
                     os.path.join(out, "train.log"))
             if not os.path.exists(os.path.join(out, "eval.json")):

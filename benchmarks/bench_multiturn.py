@@ -15,10 +15,10 @@ import subprocess
 import sys
 import time
 
+from rl.evaluation import aggregate
+from rl.metrics import read_metrics
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-from rl.evaluation import aggregate  # noqa: E402
-from rl.metrics import read_metrics  # noqa: E402
 
 METHODS = {
     "grpo (trajectory)": ["--algo", "grpo", "--traj_score", "final"],

@@ -17,11 +17,11 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from benchmarks.results_io import write_results
+from rewards.code import run_tests, sandbox_counts
+from rewards.sandbox.bwrap import find_bwrap
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-from benchmarks.results_io import write_results  # noqa: E402
-from rewards.code import run_tests, sandbox_counts  # noqa: E402
-from rewards.sandbox.bwrap import find_bwrap  # noqa: E402
 
 
 def bare(program: str, test: str) -> bool:

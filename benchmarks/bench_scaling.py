@@ -16,10 +16,10 @@ import os
 import sys
 import time
 
+from benchmarks.results_io import write_results
+from benchmarks.bench_vs_trl import MODEL, PROMPTS, machine_info, run_credo, summarise
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-from benchmarks.results_io import write_results  # noqa: E402
-from benchmarks.bench_vs_trl import MODEL, PROMPTS, machine_info, run_credo, summarise  # noqa: E402
 
 BASE = {"group": 4, "max_new": 48, "turns": 1, "tcpo_cf": None}
 FACTORS = {"group": (2, 4, 8), "max_new": (16, 32, 48), "turns": (1, 2, 3), "tcpo_cf": (0, 5)}

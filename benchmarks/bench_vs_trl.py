@@ -21,15 +21,15 @@ import os
 import platform
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import time
 
+from benchmarks.ports import free_port
+from benchmarks.results_io import write_results
+from rl.metrics import read_metrics
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-from benchmarks.results_io import write_results  # noqa: E402
-from rl.metrics import read_metrics  # noqa: E402
 
 MODEL = os.path.join(REPO, ".cache", "models", "SmolLM2-135M-Instruct")
 ENV = "benchmarks.bench_envs:SingleDigitArithEnv"
@@ -40,12 +40,6 @@ PHASES = ("gather", "generate", "reward", "counterfactual", "train", "logprobs",
 # micro-batch and copies gradients into partitions; stage 0 is the plain data-parallel engine.
 CREDO_RUNNERS = {"credo-1rank": (1, 3), "credo-1rank-zero0": (1, 0), "credo-2rank": (2, 3)}
 RUNNERS = ("trl", *CREDO_RUNNERS)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _run(cmd, log, env):

@@ -2,7 +2,7 @@
 
     python benchmarks/compare.py --name dara_vs_gdpo --seeds 1,2,3,4,5 \
         --method gdpo="--algo gdpo" --method dara-asym="--algo dara --dara_variant asym" \
-        --train_args "--reward_funcs correctness,benchmarks.rewards:answer_line --max_steps 40" \
+        --train_args "--reward_funcs correctness,benchmarks.extra_rewards:concise_answer --max_steps 40" \
         --metric first_step:reward/answer_line/mean:0.8:3 --eval_args "--limit 200"
 
 - The first --method is the baseline; every other method is compared with it seed by seed (the same seeds run
@@ -31,15 +31,15 @@ import json
 import os
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 
+from benchmarks.mechanisms.paired import PAIRED_HEADER, format_paired_row, paired
+from benchmarks.ports import free_port
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-from benchmarks.mechanisms.paired import PAIRED_HEADER, format_paired_row, paired  # noqa: E402
 
 OWNED_FLAGS = ("--output_dir", "--seed", "--resume", "--local_rank")  # set by compare.py for every run
 UNHASHED = ("output_dir", "local_rank")                               # differ between identical runs
@@ -153,12 +153,6 @@ def resolved_config(argv, where: str) -> dict:
 def run_key(config: dict, eval_argv, num_gpus: int) -> str:
     blob = json.dumps({"train": config, "eval": eval_argv, "num_gpus": num_gpus}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def git_commit() -> str:

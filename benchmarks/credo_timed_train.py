@@ -9,11 +9,10 @@ step's metrics. These three are rank 0's own times (the trainer's keys are the s
 """
 import functools
 import os
-import sys
+import runpy
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 
 PHASES = {}
 
@@ -54,5 +53,5 @@ def install():
 
 if __name__ == "__main__":
     install()
-    import train
-    train.main()
+    # train.py is a script beside the packages, not one of them: run it as the launcher would
+    runpy.run_path(os.path.join(REPO, "train.py"), run_name="__main__")

@@ -12,12 +12,10 @@ backward, optimizer step).
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 
 
 def build_dataset(n: int, seed: int):

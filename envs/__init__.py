@@ -1,5 +1,5 @@
 """Environments: reset(sample) -> chat messages; step(model_text) -> StepResult. Registry by --env name."""
-from envs.base import Env, StepResult, ENVS, env_class, make_env, register_env
+from envs.base import Env, StepResult, ENVS, env_class, env_class_from_flags, make_env, register_env
 import envs.arith  # noqa: F401  (registers "arith")
 import envs.arith_multi  # noqa: F401  (registers "arith_multi": three sums, graded scores)
 import envs.math_env  # noqa: F401  (registers "math")
@@ -7,4 +7,4 @@ import envs.code_env  # noqa: F401  (registers "code")
 import envs.mixed  # noqa: F401  (registers "mixed": arithmetic + free-form, for MAESTRO)
 import envs.appworld  # noqa: F401  (registers "appworld")
 
-__all__ = ["Env", "StepResult", "ENVS", "env_class", "make_env", "register_env"]
+__all__ = ["Env", "StepResult", "ENVS", "env_class", "env_class_from_flags", "make_env", "register_env"]

@@ -24,21 +24,27 @@ def _problem(rng: random.Random) -> dict:
             "prompt": PROMPT_TEMPLATE.format(a=a, op=op, b=b)}
 
 
-def make_arith_split(split: str, n: int, seed: int = 0) -> list:
-    """`n` problems. 'eval' ignores `seed` (a fixed held-out set); 'train' excludes every eval problem."""
+def held_out_split(name: str, draw, key, eval_seed: int, split: str, n: int, seed: int) -> list:
+    """`n` rows from `draw(rng)`. 'eval' ignores `seed` (a fixed held-out set drawn from `eval_seed`); 'train'
+    excludes every problem (by `key(row)`) of the first 1000 eval rows. `name` is the env's, for the error."""
     if split == "eval":
-        rng = random.Random(EVAL_SEED)
-        return [_problem(rng) for _ in range(n)]
+        rng = random.Random(eval_seed)
+        return [draw(rng) for _ in range(n)]
     if split != "train":
-        raise ValueError(f"arith split must be 'train' or 'eval', got {split!r}")
-    held_out = {(p["a"], p["op"], p["b"]) for p in make_arith_split("eval", 1000)}
+        raise ValueError(f"{name} split must be 'train' or 'eval', got {split!r}")
+    held_out = {key(row) for row in held_out_split(name, draw, key, eval_seed, "eval", 1000, seed)}
     rng = random.Random(seed)
     rows = []
     while len(rows) < n:
-        p = _problem(rng)
-        if (p["a"], p["op"], p["b"]) not in held_out:
-            rows.append(p)
+        row = draw(rng)
+        if key(row) not in held_out:
+            rows.append(row)
     return rows
+
+
+def make_arith_split(split: str, n: int, seed: int = 0) -> list:
+    """`n` problems. 'eval' ignores `seed` (a fixed held-out set); 'train' excludes every eval problem."""
+    return held_out_split("arith", _problem, lambda p: (p["a"], p["op"], p["b"]), EVAL_SEED, split, n, seed)
 
 
 @register_env("arith")

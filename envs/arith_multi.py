@@ -6,7 +6,7 @@ improvement and regression credit and MT-GRPO's turn advantages are about.
 """
 import random
 
-from envs.arith import _problem
+from envs.arith import _problem, held_out_split
 from envs.base import VerifyAndRefineEnv, register_env
 from rewards.arith_multi import MultiSumVerifier, parts_correct
 
@@ -29,19 +29,7 @@ def _key(row: dict) -> tuple:
 
 def make_multi_split(split: str, n: int, seed: int = 0) -> list:
     """`n` problems. 'eval' ignores `seed` (a fixed held-out set); 'train' never contains an eval problem."""
-    if split == "eval":
-        rng = random.Random(EVAL_SEED)
-        return [_multi_problem(rng) for _ in range(n)]
-    if split != "train":
-        raise ValueError(f"arith_multi split must be 'train' or 'eval', got {split!r}")
-    held_out = {_key(p) for p in make_multi_split("eval", 1000)}
-    rng = random.Random(seed)
-    rows = []
-    while len(rows) < n:
-        p = _multi_problem(rng)
-        if _key(p) not in held_out:
-            rows.append(p)
-    return rows
+    return held_out_split("arith_multi", _multi_problem, _key, EVAL_SEED, split, n, seed)
 
 
 @register_env("arith_multi")

@@ -1,7 +1,7 @@
 """The environment interface every task implements (single- or multi-turn), and verify-and-refine envs."""
 from dataclasses import dataclass, field
 
-from rl.dotted import load_dotted
+from rewards.dotted import load_dotted
 
 ENVS = {}
 RETRY_FEEDBACK = "That answer is not correct. Check your work and try again."
@@ -9,6 +9,9 @@ RETRY_FEEDBACK = "That answer is not correct. Check your work and try again."
 SOLVED_FEEDBACK = ("That answer is correct. You may keep it or improve it; give your final answer again in the same "
                    "format.")
 EPISODE_ENDS = ("success", "max_turns")
+# A turn succeeds when its verifier score is full marks, the one definition for episode ends, training metrics and
+# eval.py; the tolerance only absorbs float rounding of a graded score (k of k parts), never a partial answer.
+SUCCESS_THRESHOLD = 1.0 - 1e-6
 
 
 @dataclass
@@ -36,6 +39,17 @@ class Env:
     @classmethod
     def make_verifier(cls, **kwargs):
         return None
+
+    @classmethod
+    def check_flags(cls, args, bad) -> None:
+        """Refuse this env's own flags when they are bad, with `bad(message)` (which raises); nothing here."""
+
+    @classmethod
+    def settings_from_args(cls, args) -> dict:
+        """This env's own settings from the run's parsed flags: keywords for its constructor and for `dataset`
+        ({} here). An env with flags of its own (AppWorld's --appworld_*) returns them, so that settings reach every
+        env a run makes as arguments, never through os.environ."""
+        return {}
 
     def reset(self, sample: dict) -> list:
         raise NotImplementedError
@@ -108,7 +122,7 @@ class VerifyAndRefineEnv(Env):
     def step(self, model_text: str) -> StepResult:
         score, detail = self.verdict(model_text)
         self.turn += 1
-        solved = score >= 1.0
+        solved = score >= SUCCESS_THRESHOLD
         done = self.turn >= self.max_turns or (solved and self.episode_end == "success")
         feedback = self.solved_feedback if solved else self.retry_feedback(score, detail)
         observation = [] if done else [{"role": "user", "content": feedback}]
@@ -133,6 +147,16 @@ def env_class(name: str):
             raise KeyError(f"--env {name!r} is not a subclass of envs.base.Env")
         return cls
     raise KeyError(f"--env {name!r} is not an environment; choose from {sorted(ENVS)} or give module:Class")
+
+
+def env_class_from_flags(args, bad):
+    """--env's class, its own flags checked (Env.check_flags). `bad(message)` refuses the flags (it raises)."""
+    try:
+        cls = env_class(args.env)
+    except KeyError as exc:
+        bad(exc.args[0])
+    cls.check_flags(args, bad)
+    return cls
 
 
 def make_env(name: str, **kwargs) -> Env:

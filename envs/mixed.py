@@ -12,7 +12,7 @@ Both kinds are scored by a verifier (the number, or the boxed word), so success 
 import random
 import re
 
-from envs.arith import make_arith_split
+from envs.arith import EVAL_SEED, make_arith_split
 from envs.base import VerifyAndRefineEnv, register_env
 from rewards.arith import ArithVerifier
 
@@ -41,7 +41,7 @@ class MixedVerifier:
 def make_mixed_split(split: str, n: int, seed: int = 0) -> list:
     """n rows alternating arithmetic and describe prompts; the eval split's problems and nouns are held out."""
     arith = [dict(row, kind="arith") for row in make_arith_split(split, (n + 1) // 2, seed)]
-    rng = random.Random(seed if split == "train" else 20261130)
+    rng = random.Random(seed if split == "train" else EVAL_SEED)
     nouns = TRAIN_NOUNS if split == "train" else EVAL_NOUNS
     describe = []
     for _ in range(n // 2):

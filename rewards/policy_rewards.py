@@ -15,7 +15,7 @@ Sign conventions (higher is better after them; then rank-normalised to [0, 1] wi
   them; MAESTRO's `ent` uses this same sign, so that the paper's EM-GRPO baseline and MAESTRO share one reward.
 - pref: the reward model's score, higher preferred.
 - fmt, len: already on [0, 1] (rewards/format.py, rewards/length.py), not normalised.
-Rank normalisation (rl.advantages.stats.group_rank_normalize) is credo's reading for every method: the raw scales
+Rank normalisation (group_rank_normalize, below) is credo's reading for every method: the raw scales
 of ppl, ent and pref are arbitrary and differ by orders of magnitude, and a rank is robust to their outliers.
 """
 import logging
@@ -25,7 +25,6 @@ import torch
 from rewards.format import FormatReward
 from rewards.length import linear_length_score
 from rewards.policy_signals import entropy_and_last_hidden, nover_example, nover_length_factor, reference_nll
-from rl.advantages.stats import group_rank_normalize
 
 logger = logging.getLogger(__name__)
 POLICY_REWARDS = ("fmt", "ppl", "ent", "len", "pref")
@@ -90,3 +89,26 @@ class PolicyRewards:
 def normalise(raw: dict, group_ids: torch.Tensor) -> dict:
     """Each reward on [0, 1], higher better: ppl / ent / pref signed and rank-normalised within each group."""
     return {k: group_rank_normalize(SIGNS[k] * v, group_ids) if k in SIGNS else v for k, v in raw.items()}
+
+
+def group_rank_normalize(values: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """Rank of each value within its group, scaled to [0, 1] (lowest 0, highest 1; ties share their mean rank).
+
+    MAESTRO puts rewards with arbitrary scales (perplexity, entropy, a reward model's logit) on one [0, 1] scale
+    before mixing them. A group of one, or a constant group, gets 0.5; NaN (abstained) stays NaN and is not ranked.
+    Tensor[N] -> Tensor[N] float32.
+    """
+    if values.shape != group_ids.shape or values.dim() != 1:
+        raise ValueError(f"values {tuple(values.shape)} and group_ids {tuple(group_ids.shape)} must be equal 1-D shapes")
+    v = values.detach().to(torch.float64).cpu()
+    out = torch.full_like(v, float("nan"))
+    for g in torch.unique(group_ids.cpu()):
+        idx = ((group_ids.cpu() == g) & ~torch.isnan(v)).nonzero().squeeze(1)
+        if len(idx) == 0:
+            continue
+        x = v[idx]
+        below = (x[None, :] < x[:, None]).sum(1).to(torch.float64)   # members strictly lower
+        equal = (x[None, :] == x[:, None]).sum(1).to(torch.float64)  # including itself
+        mean_rank = below + (equal - 1) / 2                            # 0-based, ties averaged
+        out[idx] = mean_rank / (len(idx) - 1) if len(idx) > 1 else torch.full_like(x, 0.5)
+    return out.to(torch.float32).to(values.device)

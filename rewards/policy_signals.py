@@ -15,8 +15,7 @@ import math
 import torch
 
 from rewards.length import reasoning_part
-from rl.loss import entropy_from_logits
-from rl.rollout import left_pad, position_ids_from_mask
+from rewards.lm_tensors import entropy_from_logits, left_pad, position_ids_from_mask
 
 # How the reference answer is appended after the reasoning, per --format_style (the answer part the policy writes):
 # (text between the reasoning and the answer, text after the answer).

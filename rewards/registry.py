@@ -9,9 +9,9 @@ import pickle
 from dataclasses import dataclass
 
 from rewards.conventions import CREDO, reward_style
+from rewards.dotted import load_dotted
 from rewards.format import FormatReward
 from rewards.length import LengthReward, LinearLengthReward
-from rl.dotted import load_dotted
 
 CORRECTNESS = "correctness"
 BUILT_IN_REWARDS = {

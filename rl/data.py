@@ -62,7 +62,7 @@ def training_rows(args) -> list:
     if args.data_path is not None:
         return load_rows(args.data_path, env_cls.data_keys(args.prompt_key, args.answer_key),
                          getattr(args, "data_split", "train"), args.skip_bad_rows)
-    rows = env_cls.dataset("train", args.num_train_samples, args.seed)
+    rows = env_cls.dataset("train", args.num_train_samples, args.seed, **env_cls.settings_from_args(args))
     if rows is None:
         raise DataError(f"--env {args.env} generates no data of its own: pass --data_path")
     return rows

@@ -22,6 +22,15 @@ class DataError(ValueError):
     """Bad input data, with the file, line (or row) and key in the message."""
 
 
+def check_data_path(args, bad) -> None:
+    """Refuse a --data_path that names no readable data file, where the flags are parsed (`bad` raises)."""
+    if args.data_path is not None:
+        try:
+            data_paths(args.data_path)
+        except DataError as exc:
+            bad(f"--data_path: {exc}")
+
+
 def data_paths(spec: str) -> list:
     """The paths of a --data_path value (one path, or a comma list), each checked to exist and be readable."""
     paths = [spec] if os.path.exists(spec) else [p.strip() for p in spec.split(",") if p.strip()]

@@ -130,7 +130,8 @@ def _param_groups(model, weight_decay: float):
 
 
 def _load_model(path: str, cfg: dict, dtype: torch.dtype):
-    # Import the model class before any zero.Init: a first import inside it breaks torch._dynamo (DESIGN.md).
+    # Import the model class before any zero.Init: a first import of a transformers model module inside it breaks
+    # the torch._dynamo import (transformers 5.x, DeepSpeed 0.19).
     from transformers import AutoModelForCausalLM
     from transformers.integrations import HfDeepSpeedConfig
 

@@ -13,6 +13,7 @@ from math import comb
 import torch
 from tqdm import tqdm
 
+from envs.base import SUCCESS_THRESHOLD
 from rl.episode_end import env_kwargs
 from rl.refinement_metrics import transition_rates
 
@@ -91,7 +92,8 @@ def evaluate(model, tokenizer, rows, args, show_progress: bool = True, indices: 
     for start in range(0, len(samples), args.batch_size):
         chunk = samples[start:start + args.batch_size]
         envs = [args.env_cls(verifier=verifier, prompt_key=args.prompt_key, answer_key=args.answer_key,
-                             max_turns=args.max_turns, **env_kwargs(args, args.env_cls)) for _ in chunk]
+                             max_turns=args.max_turns, **env_kwargs(args, args.env_cls),
+                             **args.env_cls.settings_from_args(args)) for _ in chunk]
         batch = run_episodes(sampler, tokenizer, envs, [row for _, row in chunk], torch.tensor([p for p, _ in chunk]),
                              lambda env, text: env.step(text), args, {})
         for (p, _), env, scores, conversation in zip(chunk, envs, batch.turn_scores.tolist(), batch.conversations):
@@ -99,7 +101,7 @@ def evaluate(model, tokenizer, rows, args, show_progress: bool = True, indices: 
             record = env.episode_record()  # env-specific extras (AppWorld: task id, checks passed)
             if record:
                 problems[p].setdefault("episodes", []).append({**record, "sample": len(problems[p]["correct_by_turn"])})
-            problems[p]["correct_by_turn"].append([int(s >= 1.0 - 1e-6) for s in taken])
+            problems[p]["correct_by_turn"].append([int(s >= SUCCESS_THRESHOLD) for s in taken])
             problems[p]["score_by_turn"].append(taken)
             problems[p]["responses"].append([m["content"] for m in conversation if m["role"] == "assistant"])
             if len(problems[p]["correct_by_turn"]) == args.n:
@@ -110,35 +112,6 @@ def evaluate(model, tokenizer, rows, args, show_progress: bool = True, indices: 
         bar.update(done - bar.n)
     bar.close()
     return problems
-
-
-def appworld_metrics(records: list) -> dict:
-    """AppWorld's metrics as fractions in [0, 1] (AppWorld reports them x 100).
-
-    records: one per episode, {"task_id": "<scenario>_<n>", "difficulty": 1-3, "success": bool, "pass_count",
-    "num_tests", optional "sample": which of a task's n samples}. TGC (task goal completion): the share of episodes
-    whose every check passed. SGC (scenario goal completion): the share of scenarios all of whose tasks succeeded,
-    one scenario outcome per sample index (with n = 1, AppWorld's definition). A scenario's difficulty is its
-    hardest task's. avg_pass_rate: the mean share of checks passed.
-    """
-    if not records:
-        return {}
-    scenarios = {}  # (scenario, sample) -> [difficulty, all succeeded]
-    for r in records:
-        key = (r["task_id"].rpartition("_")[0] or r["task_id"], r.get("sample", 0))
-        d, ok = scenarios.get(key, (0, True))
-        scenarios[key] = (max(d, r.get("difficulty") or 0), ok and bool(r["success"]))
-    m = {"appworld/tgc": sum(bool(r["success"]) for r in records) / len(records),
-         "appworld/sgc": sum(ok for _, ok in scenarios.values()) / len(scenarios),
-         "appworld/avg_pass_rate": sum(r["pass_count"] / r["num_tests"] if r["num_tests"] else float(bool(r["success"]))
-                                       for r in records) / len(records)}
-    for level in sorted({r.get("difficulty") for r in records if r.get("difficulty")}):
-        tasks = [r for r in records if r.get("difficulty") == level]
-        m[f"appworld/tgc/difficulty_{level}"] = sum(bool(r["success"]) for r in tasks) / len(tasks)
-        scen = [ok for d, ok in scenarios.values() if d == level]
-        if scen:
-            m[f"appworld/sgc/difficulty_{level}"] = sum(scen) / len(scen)
-    return m
 
 
 def markdown_table(metrics: dict, other: dict = None, names=("this run", "other")) -> str:

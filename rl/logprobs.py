@@ -2,12 +2,7 @@
 forward over [prompt | response]. Generation lives in rl/samplers.py; this is what the loss differentiates."""
 import torch
 
-from rl.loss import entropy_from_logits
-
-
-def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Positions that skip left padding, matching what HF generate used. Tensor[B, L] -> Tensor[B, L]."""
-    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+from rewards.lm_tensors import entropy_from_logits, position_ids_from_mask  # noqa: F401 (re-exported)
 
 
 def response_logprobs(model, input_ids, attention_mask, prompt_len: int, temperature: float, with_entropy: bool = False):

@@ -122,10 +122,3 @@ def policy_loss(logp, old_logp, advantages, mask, clip_ratio_low=0.2, clip_ratio
         loss = loss + beta * kl_loss
         stats["kl"] = (kl.detach() * mask_f).sum() / n_tok
     return loss, stats
-
-
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of each position's next-token distribution. logits: Tensor[..., V] -> Tensor[...]."""
-    logz = torch.logsumexp(logits, dim=-1)
-    probs = torch.softmax(logits, dim=-1)
-    return logz - (probs * logits).sum(-1)

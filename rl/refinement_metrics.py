@@ -8,7 +8,7 @@ import math
 
 import torch
 
-SUCCESS_THRESHOLD = 1.0 - 1e-6  # full marks (as rl/scoring.py); graded envs count only a complete answer as solved
+from envs.base import SUCCESS_THRESHOLD
 
 
 def transition_rates(solved_by_turn: list) -> dict:

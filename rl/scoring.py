@@ -9,16 +9,16 @@ import numpy as np
 import torch
 
 from envs import StepResult, env_class
+from envs.base import SUCCESS_THRESHOLD
 from rewards.base import RewardCaller
 from rewards.pooled import PooledRewards
 from rewards.policy_rewards import POLICY_REWARDS, PolicyRewards, normalise
 from rewards.registry import CORRECTNESS, reward_spec
 from rl import dist
+from rl.advantages.mt_grpo import last_present
 from rl.advantages.stats import group_mean_std
 from rl.episode_end import env_kwargs
 from rl.errors import RewardFailure, TrainingAborted
-
-SUCCESS_THRESHOLD = 1.0 - 1e-6  # a response "succeeds" when its verifier score is full marks
 
 
 class Scorer:
@@ -49,9 +49,11 @@ class Scorer:
             self.policy_rewards = PolicyRewards(self.policy_names, self.args, actor, tokenizer)
 
     def new_env(self):
+        """One episode's env, with the run's settings as arguments: the episode end (rl/episode_end.py) and the
+        env's own flags (Env.settings_from_args; AppWorld's --appworld_*)."""
         return self.env_cls(verifier=self.shared_verifier, prompt_key=self.args.prompt_key,
                             answer_key=self.args.answer_key, max_turns=self.args.max_turns,
-                            **env_kwargs(self.args, self.env_cls))
+                            **env_kwargs(self.args, self.env_cls), **self.env_cls.settings_from_args(self.args))
 
     def safe_step(self, env, text: str) -> StepResult:
         """env.step under the verifier's timeout and counters; a failure ends the episode with score 0."""
@@ -70,9 +72,7 @@ class Scorer:
         """Tensor[N, T] -> Tensor[N]: the final turn's score, or the best turn's (--traj_score best)."""
         if self.args.traj_score == "best":
             return torch.nan_to_num(turn_scores, nan=float("-inf")).max(1).values
-        present = ~torch.isnan(turn_scores)
-        last = present.long().cumsum(1).argmax(1)
-        return turn_scores.gather(1, last.unsqueeze(1)).squeeze(1)
+        return last_present(turn_scores)
 
     def score(self, batch, step: int = 0, scalarize=None, timings=None):
         """Fill batch.correctness, batch.components ({name: Tensor[N]}, NaN = abstained) and batch.scores.

@@ -2,6 +2,8 @@
 padding, EOS handling. Plain tensor and list functions (no model, no DeepSpeed)."""
 import torch
 
+from rewards.lm_tensors import left_pad  # noqa: F401 (re-exported: generation pads with it)
+
 
 def encode_prompts(tokenizer, conversations: list, max_prompt_seq_len: int):
     """Left-padded chat-template encoding. Over-long prompts keep their end (where the question is).
@@ -32,14 +34,3 @@ def eos_ids(tokenizer, model_config) -> list:
         if e is not None:
             ids.add(e)
     return sorted(i for i in ids if i is not None)
-
-
-def left_pad(sequences: list, pad_id: int, device):
-    """Token lists -> (Tensor[B, L] left-padded ids, Tensor[B, L] attention mask)."""
-    width = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for i, seq in enumerate(sequences):
-        ids[i, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
-        mask[i, width - len(seq):] = 1
-    return ids.to(device), mask.to(device)

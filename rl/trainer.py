@@ -1,4 +1,4 @@
-"""The training loop, in the order of DESIGN.md: rollout, score, advantages, loss, step, log."""
+"""The training loop, in the order of README.md's "How one step flows": rollout, score, advantages, loss, step, log."""
 import logging
 import os
 import random

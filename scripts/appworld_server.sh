@@ -7,9 +7,9 @@
 #   bash scripts/appworld_server.sh                       # one server: http://127.0.0.1:8000
 #   NUM_SERVERS=4 PORT=8000 bash scripts/appworld_server.sh   # ports 8000-8003: one per concurrent episode
 #
-# Then point credo at them (README, "AppWorld"):
-#   export CREDO_APPWORLD_BACKEND=remote CREDO_APPWORLD_URL=http://127.0.0.1:8000,http://127.0.0.1:8001,...
-#   export CREDO_APPWORLD_TASKS_DIR=$APPWORLD_ROOT/data/datasets     # train.txt, dev.txt, test_normal.txt, ...
+# Then point credo at them (README, "AppWorld"), with flags (or the CREDO_APPWORLD_* variables that are their defaults):
+#   train.py --env appworld --appworld_backend remote --appworld_url http://127.0.0.1:8000,http://127.0.0.1:8001,... \
+#       --appworld_tasks_dir $APPWORLD_ROOT/data/datasets     # train.txt, dev.txt, test_normal.txt, ...
 # The servers should listen on 127.0.0.1 only (uvicorn's default host); check `appworld serve environment --help`
 # for your version and pass host flags through APPWORLD_SERVE_ARGS if it differs. Not runnable on the offline
 # machines credo is developed on: tested there only through the lite server, which speaks the same protocol.

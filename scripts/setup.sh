@@ -52,5 +52,14 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
+# The repo itself, editable (pyproject.toml): benchmarks/ and scripts/ import rl, rewards, envs and benchmarks from
+# any folder. Checked on every run rather than stamped, because the install must point at *this* checkout (a moved
+# or second clone sharing the venv would otherwise import another tree's code). --no-deps: requirements are above.
+credo_root=$(cd / && python -c 'import os, rl; print(os.path.dirname(os.path.dirname(os.path.realpath(rl.__file__))))' 2>/dev/null || true)
+if [ "$credo_root" != "$(pwd -P)" ]; then
+  echo "[setup] installing credo (this checkout) into .venv, editable"
+  quiet_pip --no-deps -e .
+fi
+
 python -m rl.models >/dev/null  # converts the default model once; a no-op afterwards
 echo "[setup] ready: $(python -c 'import torch, deepspeed, transformers; print(f"torch {torch.__version__}, deepspeed {deepspeed.__version__}, transformers {transformers.__version__}")')"

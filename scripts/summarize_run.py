@@ -6,8 +6,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from rl.metrics import read_metrics  # noqa: E402
+from rl.metrics import read_metrics
 
 
 def main(output_dir: str):

@@ -1,11 +1,6 @@
-import os
-import sys
-
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from tests.helpers import build_tiny_model  # noqa: E402
+from tests.helpers import build_tiny_model
 
 
 def pytest_configure(config):

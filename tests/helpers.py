@@ -1,9 +1,10 @@
 """Test helpers: a tiny random Llama with a character tokenizer built in code, and a real-launcher runner."""
 import os
-import socket
 import string
 import subprocess
 import sys
+
+from benchmarks.ports import free_port  # noqa: F401 - the tests take it from here
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -46,12 +47,6 @@ def build_tiny_model(out_dir: str, seed: int = 0, hidden_size: int = 32, num_att
     model.save_pretrained(out_dir, safe_serialization=True)
     tok.save_pretrained(out_dir)
     return out_dir
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_train(args: list, num_ranks: int = 1, timeout: int = 600, launcher: bool = True, port: int = None,

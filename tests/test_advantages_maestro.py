@@ -1,9 +1,9 @@
 """rl.advantages.maestro: emphasis weights, the mixed reward, and the group advantage; group rank normalisation."""
 import torch
 
+from rewards.policy_rewards import group_rank_normalize
 from rl.advantages import grpo, maestro
 from rl.advantages.maestro import emphasis_weights, mixed_reward
-from rl.advantages.stats import group_rank_normalize
 
 
 def test_emphasis_weights_put_eta_on_the_chosen_reward_and_share_the_rest():

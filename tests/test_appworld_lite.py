@@ -7,7 +7,7 @@ from envs import env_class, make_env
 from envs.appworld.env import NO_CODE
 from envs.appworld.lite.backend import FAILED, SUCCESS, LiteBackend
 from envs.appworld.lite.tasks import PRELUDE, SPLITS, load_task, task_ids
-from rl.evaluation import appworld_metrics
+from envs.appworld.metrics import appworld_metrics
 
 
 def play(task_id: str, cells) -> dict:

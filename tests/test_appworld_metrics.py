@@ -1,7 +1,7 @@
-"""TGC, SGC, per difficulty and average pass rate on hand-made results (rl.evaluation.appworld_metrics)."""
+"""TGC, SGC, per difficulty and average pass rate on hand-made results (envs.appworld.metrics.appworld_metrics)."""
 import pytest
 
-from rl.evaluation import appworld_metrics
+from envs.appworld.metrics import appworld_metrics
 
 
 def rec(task_id, difficulty, passed, total, sample=0):

@@ -120,7 +120,9 @@ def test_appworld_flags_reach_every_env_the_run_makes(tiny_model_dir, monkeypatc
     from envs.appworld.env import AppWorldEnv
     for name in ("BACKEND", "URL", "SCORE"):
         monkeypatch.delenv(f"CREDO_APPWORLD_{name}", raising=False)
-    parse_args(["--env", "appworld", "--appworld_score", "success", "--appworld_backend", "lite",
-                "--appworld_url", "http://127.0.0.1:9", "--model_name_or_path", tiny_model_dir])
-    env = AppWorldEnv(max_turns=2)
+    args = parse_args(["--env", "appworld", "--appworld_score", "success", "--appworld_backend", "lite",
+                       "--appworld_url", "http://127.0.0.1:9", "--model_name_or_path", tiny_model_dir])
+    from rl.scoring import Scorer
+    env = Scorer(args).new_env()
+    assert isinstance(env, AppWorldEnv)
     assert (env.backend, env.urls, env.score_mode) == ("lite", "http://127.0.0.1:9", "success")

@@ -27,6 +27,6 @@ def test_a_weight_count_that_cannot_match_the_rewards_is_refused_before_any_roll
 
 def test_a_user_reward_may_return_several_components_so_its_weights_are_checked_later(tiny_model_dir):
     from rl.config import parse_args
-    args = parse_args(["--algo", "gdpo", "--reward_funcs", "correctness,benchmarks.rewards:concise_answer",
+    args = parse_args(["--algo", "gdpo", "--reward_funcs", "correctness,benchmarks.extra_rewards:concise_answer",
                        "--reward_weights", "1,2,3", "--model_name_or_path", tiny_model_dir])
     assert args.reward_weights == [1.0, 2.0, 3.0]

@@ -15,13 +15,12 @@ def reverse_env(tmp_path_factory):
         (code,) = re.findall(r"```python\n(.*?)```", f.read(), flags=re.S)
     folder = tmp_path_factory.mktemp("user_envs")
     (folder / "my_envs.py").write_text(code)
-    sys.path.insert(0, str(folder))
-    try:
+    # the user's own folder on the path, as their PYTHONPATH would put it (pytest undoes it after the module)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(folder))
         from envs import env_class
         yield env_class("my_envs:ReverseEnv")
-    finally:
-        sys.path.remove(str(folder))
-        sys.modules.pop("my_envs", None)
+    sys.modules.pop("my_envs", None)
 
 
 def test_readme_env_plays_multi_turn_episodes_and_its_parts_reach_the_metrics(reverse_env, tiny_model_dir):

@@ -118,12 +118,13 @@ def test_a_run_that_never_saved_is_not_overwritten_by_another_experiment(tiny_mo
     assert read_run_config(str(tmp_path))["flags"]["top_p"] == 0.9
 
 
-HOLD_LOCK = ("import sys, time; sys.path.insert(0, sys.argv[2]); from rl.run_config import acquire_output_lock; "
+HOLD_LOCK = ("import sys, time; from rl.run_config import acquire_output_lock; "
              "acquire_output_lock(sys.argv[1]); print('locked', flush=True); time.sleep(600)")
 
 
 def test_a_second_trainer_on_a_locked_output_dir_is_refused_naming_the_holder(tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(tmp_path), REPO_ROOT], stdout=subprocess.PIPE,
+    # cwd: `python -c` imports rl from the folder it starts in, this checkout (whatever the venv's install points at)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(tmp_path)], cwd=REPO_ROOT, stdout=subprocess.PIPE,
                               text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"

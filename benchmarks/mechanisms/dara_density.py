@@ -20,17 +20,16 @@ MAX_STEPS counts as MAX_STEPS + 1 (censored, counted in the table). Paired over 
 """
 import argparse
 import os
-import sys
 import time
 
 import torch
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, REPO)
 from benchmarks.mechanisms.paired import (PAIRED_HEADER, failure_probability, format_paired_row, format_probability,
-                                          paired)  # noqa: E402
-from benchmarks.mechanisms.report import environment, write  # noqa: E402
-from rl.advantages import dara, gdpo  # noqa: E402
+                                          paired)
+from benchmarks.mechanisms.report import environment, write
+from rl.advantages import dara, gdpo
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 DECIDING_METRIC = ("first step at which the exact P(sparse bit on) >= threshold (MAX_STEPS + 1 if never); "
                    "paired difference GDPO - DARA in steps, positive = DARA faster")

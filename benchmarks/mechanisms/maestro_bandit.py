@@ -28,18 +28,17 @@ expected utility (mean over both kinds), paired conductor minus each other arm (
 """
 import argparse
 import os
-import sys
 import time
 
 import torch
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, REPO)
 from benchmarks.mechanisms.paired import (PAIRED_HEADER, failure_probability, format_paired_row, format_probability,
-                                          paired)  # noqa: E402
-from benchmarks.mechanisms.report import environment, write  # noqa: E402
-from rl.advantages import maestro  # noqa: E402
-from rl.conductor import ConductorLearner  # noqa: E402
+                                          paired)
+from benchmarks.mechanisms.report import environment, write
+from rl.advantages import maestro
+from rl.conductor import ConductorLearner
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 CHANNELS = ("verifier_A", "verifier_B", "noise", "context")
 KINDS = ("A", "B")

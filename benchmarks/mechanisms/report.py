@@ -1,13 +1,12 @@
 """Writing a testbed's result (JSON + markdown) with the machine it ran on."""
 import os
 import platform
-import sys
 
 import torch
 
+from benchmarks.results_io import write_results
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, REPO)
-from benchmarks.results_io import write_results  # noqa: E402
 
 
 def environment() -> dict:

@@ -32,18 +32,17 @@ best-turn success.
 import argparse
 import itertools
 import os
-import sys
 import time
 
 import torch
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, REPO)
 from benchmarks.mechanisms.paired import (PAIRED_HEADER, failure_probability, format_paired_row, format_probability,
-                                          paired)  # noqa: E402
-from benchmarks.mechanisms.report import environment, write  # noqa: E402
-from rl.advantages import grpo, mt_grpo, tcpo  # noqa: E402
-from rl.advantages.tcpo import eligible_turns  # noqa: E402  (what rl.counterfactual.candidate_turns selects)
+                                          paired)
+from benchmarks.mechanisms.report import environment, write
+from rl.advantages import grpo, mt_grpo, tcpo
+from rl.advantages.tcpo import eligible_turns  # what rl.counterfactual.candidate_turns selects
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 U, UP, S = 0, 1, 2
 STATE_NAMES = ("U", "UP", "S")

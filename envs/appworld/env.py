@@ -4,18 +4,20 @@ reset renders the task (instruction, the supervisor it acts for, the apps, how t
 step runs the reply's ```python block in the task's persistent shell and answers with the (truncated) output and a
 one-line reminder of the task. The episode ends when the model calls apis.supervisor.complete_task(...) or at
 --max_turns. The score of a turn is the fraction of the task's checks that pass in the world as it then is
-(AppWorld's pass_count / num_tests), or 1/0 for full success with CREDO_APPWORLD_SCORE=success.
+(AppWorld's pass_count / num_tests), or 1/0 for full success with --appworld_score success.
 
-Settings are environment variables (read when an env is made), so no trainer flag is needed:
-    CREDO_APPWORLD_BACKEND   lite (default: the offline stand-in, in process) or remote (HTTP)
-    CREDO_APPWORLD_URL       remote servers, comma-separated (one episode per server at a time);
-                             default http://127.0.0.1:8000
-    CREDO_APPWORLD_SCORE     fraction (default) or success
-    CREDO_APPWORLD_EVAL_SPLIT  the split eval.py's "eval" means (default: test for lite, test_normal for remote)
-    CREDO_APPWORLD_TASKS_DIR   remote only: a folder with <split>.txt task-id lists (AppWorld's data/datasets)
+Settings are constructor arguments (and `dataset`'s), filled from train.py / eval.py's --appworld_* flags by
+`settings_from_args` (envs/appworld/flags.py; the CREDO_APPWORLD_* variables are those flags' defaults):
+    backend     lite (default: the offline stand-in, in process) or remote (HTTP)
+    url         remote servers, comma-separated (one episode per server at a time); default http://127.0.0.1:8000
+    score       fraction (default) or success
+    eval_split  the split eval.py's "eval" means (default: test for lite, test_normal for remote)
+    tasks_dir   remote only: a folder with <split>.txt task-id lists (AppWorld's data/datasets)
 """
 import os
 
+from envs.appworld.flags import BACKENDS, DEFAULT_URL, SCORES, appworld_settings, check_appworld_flags
+from envs.appworld.metrics import appworld_metrics, pass_rate
 from envs.base import Env, StepResult, register_env
 from envs.code_env import extract_code
 
@@ -32,24 +34,18 @@ GUIDE = """How to work:
   question, else apis.supervisor.complete_task()."""
 
 
-def _setting(name: str, default: str) -> str:
-    return os.environ.get(f"CREDO_APPWORLD_{name}", default)
-
-
 @register_env("appworld")
 class AppWorldEnv(Env):
     max_output_chars = 2000
     experiment_name = "credo"
 
     def __init__(self, verifier=None, prompt_key: str = "problem", answer_key: str = "answer", max_turns: int = 1,
-                 backend: str = None, url: str = None, score: str = None, **unused):
+                 backend: str = "lite", url: str = DEFAULT_URL, score: str = "fraction", **unused):
         super().__init__(verifier=verifier, prompt_key=prompt_key, answer_key=answer_key, max_turns=max_turns)
-        self.backend = backend or _setting("BACKEND", "lite")
-        self.urls = url or _setting("URL", "http://127.0.0.1:8000")
-        self.score_mode = score or _setting("SCORE", "fraction")
-        if self.backend not in ("lite", "remote") or self.score_mode not in ("fraction", "success"):
-            raise ValueError(f"CREDO_APPWORLD_BACKEND must be lite or remote (got {self.backend!r}) and "
-                             f"CREDO_APPWORLD_SCORE fraction or success (got {self.score_mode!r})")
+        self.backend, self.urls, self.score_mode = backend, url, score
+        if self.backend not in BACKENDS or self.score_mode not in SCORES:
+            raise ValueError(f"AppWorld backend must be lite or remote (got {self.backend!r}) and "
+                             f"score fraction or success (got {self.score_mode!r})")
         self.client, self.lease, self.task_id, self.result = None, None, None, None
 
     # ---- episode lifecycle ----------------------------------------------------------------------------------------
@@ -130,7 +126,7 @@ class AppWorldEnv(Env):
     def score(self, result: dict) -> float:
         if self.score_mode == "success":
             return float(bool(result["success"]))
-        return result["pass_count"] / result["num_tests"] if result["num_tests"] else float(bool(result["success"]))
+        return pass_rate(result)
 
     def truncate(self, text: str) -> str:
         if len(text) <= self.max_output_chars:
@@ -151,20 +147,27 @@ class AppWorldEnv(Env):
 
     @classmethod
     def eval_metrics(cls, records: list) -> dict:
-        from rl.evaluation import appworld_metrics
         return appworld_metrics([r for r in records if r.get("task_id")])
 
     @classmethod
-    def dataset(cls, split: str, n: int, seed: int):
+    def check_flags(cls, args, bad) -> None:
+        check_appworld_flags(args, bad)
+
+    @classmethod
+    def settings_from_args(cls, args) -> dict:
+        return appworld_settings(args)
+
+    @classmethod
+    def dataset(cls, split: str, n: int, seed: int, backend: str = "lite", eval_split: str = None,
+                tasks_dir: str = None, **unused):
         """Task rows {"id", "problem", "answer", "difficulty"} of a split; "eval" means the test split."""
-        remote = _setting("BACKEND", "lite") == "remote"
+        remote = backend == "remote"
         if split == "eval":
-            split = _setting("EVAL_SPLIT", "test_normal" if remote else "test")
+            split = eval_split or ("test_normal" if remote else "test")
         if remote:
-            folder = os.environ.get("CREDO_APPWORLD_TASKS_DIR")
-            if not folder:
+            if not tasks_dir:
                 return None  # pass --data_path rows with a task_id (or id) field
-            with open(os.path.join(folder, f"{split}.txt")) as f:
+            with open(os.path.join(tasks_dir, f"{split}.txt")) as f:
                 ids = [line.strip() for line in f if line.strip()]
             rows = [{"id": t, "problem": t, "answer": ""} for t in ids]
         else:

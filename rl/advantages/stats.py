@@ -64,26 +64,3 @@ def batch_normalize(s: torch.Tensor, mode: str, eps: float = 1e-6, lengths: torc
         var = (w * (s - mean) ** 2).sum() / (total - 1).clamp(min=1)
         return (s - mean) / torch.sqrt(var + 1e-8)
     raise ValueError(f"final_norm must be 'response', 'token' or 'none', got {mode!r}")
-
-
-def group_rank_normalize(values: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
-    """Rank of each value within its group, scaled to [0, 1] (lowest 0, highest 1; ties share their mean rank).
-
-    MAESTRO puts rewards with arbitrary scales (perplexity, entropy, a reward model's logit) on one [0, 1] scale
-    before mixing them. A group of one, or a constant group, gets 0.5; NaN (abstained) stays NaN and is not ranked.
-    Tensor[N] -> Tensor[N] float32.
-    """
-    if values.shape != group_ids.shape or values.dim() != 1:
-        raise ValueError(f"values {tuple(values.shape)} and group_ids {tuple(group_ids.shape)} must be equal 1-D shapes")
-    v = values.detach().to(torch.float64).cpu()
-    out = torch.full_like(v, float("nan"))
-    for g in torch.unique(group_ids.cpu()):
-        idx = ((group_ids.cpu() == g) & ~torch.isnan(v)).nonzero().squeeze(1)
-        if len(idx) == 0:
-            continue
-        x = v[idx]
-        below = (x[None, :] < x[:, None]).sum(1).to(torch.float64)   # members strictly lower
-        equal = (x[None, :] == x[:, None]).sum(1).to(torch.float64)  # including itself
-        mean_rank = below + (equal - 1) / 2                            # 0-based, ties averaged
-        out[idx] = mean_rank / (len(idx) - 1) if len(idx) > 1 else torch.full_like(x, 0.5)
-    return out.to(torch.float32).to(values.device)

@@ -10,12 +10,10 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import deepspeed.comm as dscomm
+import torch
 
-import deepspeed.comm as dscomm  # noqa: E402
-import torch  # noqa: E402
-
-from rl import dist  # noqa: E402
+from rl import dist
 
 
 def record_collectives(seen):

@@ -1,4 +1,8 @@
-"""Load a user's object from `package.module:name` (custom envs and reward functions)."""
+"""Load a user's object from `package.module:name` (custom envs and reward functions).
+
+It lives in rewards/, credo's lowest layer (envs/ and rl/ import it; it imports neither), because both
+rewards/registry.py (`--reward_funcs pkg.mod:fn`) and envs/base.py (`--env pkg.mod:Class`) resolve such paths.
+"""
 import importlib
 
 

@@ -1,4 +1,8 @@
-"""Benchmark rewards, loaded by dotted path (`--reward_funcs correctness,benchmarks.rewards:concise_answer`)."""
+"""Benchmark rewards, loaded by dotted path (`--reward_funcs correctness,benchmarks.extra_rewards:concise_answer`).
+
+Not named rewards.py: a script run as `python benchmarks/<name>.py` has benchmarks/ first on its path, where a
+rewards.py would hide the rewards package.
+"""
 from rewards.arith import extract_final_number
 from rewards.length import reasoning_part
 

@@ -1,0 +1,11 @@
+"""A free TCP port for a launcher's rendezvous (--master_port), for the benchmarks and the tests that start one.
+
+scripts/launch.py keeps its own copy on purpose: it runs before the venv's packages are needed (stdlib only).
+"""
+import socket
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
