@@ -19,6 +19,7 @@ Rank normalisation (group_rank_normalize, below) is credo's reading for every me
 of ppl, ent and pref are arbitrary and differ by orders of magnitude, and a rank is robust to their outliers.
 """
 import logging
+from dataclasses import dataclass
 
 import torch
 
@@ -31,29 +32,48 @@ POLICY_REWARDS = ("fmt", "ppl", "ent", "len", "pref")
 SIGNS = {"ppl": -1.0, "ent": -1.0, "pref": 1.0}  # applied before the rank normalisation; see the module docstring
 
 
+@dataclass(frozen=True)
+class PolicyRewardSettings:
+    """The flags the in-process rewards read (names as on the command line)."""
+    format_style: str
+    reward_model_name_or_path: str   # `pref`'s reward model (None: no pref)
+    per_device_train_micro_batch_size: int
+    temperature: float               # the rollout's: entropy of the distribution that sampled
+    len_min: int
+    len_max: int
+    answer_key: str
+
+    @classmethod
+    def from_args(cls, args) -> "PolicyRewardSettings":
+        return cls(format_style=args.format_style, reward_model_name_or_path=args.reward_model_name_or_path,
+                   per_device_train_micro_batch_size=args.per_device_train_micro_batch_size,
+                   temperature=args.temperature, len_min=args.len_min, len_max=args.len_max,
+                   answer_key=args.answer_key)
+
+
 class PolicyRewards:
     """Scores a rollout batch on `names` (a subset of POLICY_REWARDS) with the policy `actor` (an engine or HF LM).
 
-    `pref` needs args.reward_model_name_or_path; the caller decides whether a missing one is an error or a skip.
+    `pref` needs settings.reward_model_name_or_path; the caller decides whether a missing one is an error or a skip.
     """
 
-    def __init__(self, names, args, actor, tokenizer):
+    def __init__(self, names, settings: PolicyRewardSettings, actor, tokenizer):
         unknown = [n for n in names if n not in POLICY_REWARDS]
         if unknown:
             raise ValueError(f"not policy rewards: {unknown}; choose from {POLICY_REWARDS}")
-        self.names, self.args, self.actor, self.tokenizer = list(names), args, actor, tokenizer
-        self.format = FormatReward(args.format_style)
+        self.names, self.settings, self.actor, self.tokenizer = list(names), settings, actor, tokenizer
+        self.format = FormatReward(settings.format_style)
         self.preference = None
         if "pref" in self.names:
             from rewards.preference import PreferenceReward
-            self.preference = PreferenceReward(args.reward_model_name_or_path, device=actor.device)
+            self.preference = PreferenceReward(settings.reward_model_name_or_path, device=actor.device)
 
     def raw(self, batch):
         """({name: Tensor[n]} on each reward's own scale, final hidden state Tensor[n, H]) for this rank's rows.
 
         raw ppl is log P_r (NaN where the row has no reference answer), raw ent the mean token entropy.
         """
-        a, micro = self.args, self.args.per_device_train_micro_batch_size
+        a, micro = self.settings, self.settings.per_device_train_micro_batch_size
         was_training = self.actor.training
         self.actor.eval()
         entropy, hidden = entropy_and_last_hidden(self.actor, batch.input_ids, batch.attention_mask, batch.prompt_len,
@@ -77,7 +97,7 @@ class PolicyRewards:
 
     def reasoning_log_perplexity(self, batch) -> torch.Tensor:
         """NOVER's log P_r per row: mean NLL of the reference answer after the reasoning, / N(|t|)."""
-        p, a = batch.prompt_len, self.args
+        p, a = batch.prompt_len, self.settings
         examples = [nover_example(self.tokenizer, batch.input_ids[i, :p][batch.attention_mask[i, :p].bool()].tolist(),
                                   completion, sample.get(a.answer_key), a.format_style)
                     for i, (completion, sample) in enumerate(zip(batch.completions, batch.samples))]

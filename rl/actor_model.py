@@ -1,6 +1,6 @@
 """What the actor's HF model gets before DeepSpeed wraps it: gradient checkpointing (--gradient_checkpointing) and
 LoRA adapters (--lora_r, rl/lora.py)."""
-from rl.lora import wrap_with_lora
+from rl.lora import LoraSettings, wrap_with_lora
 
 
 def enable_gradient_checkpointing(model):
@@ -11,9 +11,9 @@ def enable_gradient_checkpointing(model):
     return model
 
 
-def prepare_actor_model(model, args):
+def prepare_actor_model(model, gradient_checkpointing: bool, lora: LoraSettings):
     """The actor's model as DeepSpeed should see it. Checkpointing is switched on the plain HF model (peft forwards
     the call, but the base model is where transformers keeps it); LoRA then freezes the base weights."""
-    if getattr(args, "gradient_checkpointing", False):
+    if gradient_checkpointing:
         enable_gradient_checkpointing(model)
-    return wrap_with_lora(model, args)
+    return wrap_with_lora(model, lora)

@@ -3,11 +3,12 @@ checked for the keys the env needs, served in seeded, resumable order."""
 import logging
 import math
 import random
+from dataclasses import dataclass
 
 from envs import env_class
 from rl.data_files import DataError, data_paths, read_records
 
-__all__ = ["DataError", "PromptStream", "check_row", "load_rows", "training_rows"]
+__all__ = ["DataError", "DataSettings", "PromptStream", "check_row", "load_rows", "training_rows"]
 logger = logging.getLogger(__name__)
 
 
@@ -57,14 +58,35 @@ def load_jsonl_rows(path: str, required_keys: tuple, skip_bad_rows: bool = False
     return load_rows(path, required_keys, skip_bad_rows=skip_bad_rows)
 
 
-def training_rows(args) -> list:
-    env_cls = env_class(args.env)
-    if args.data_path is not None:
-        return load_rows(args.data_path, env_cls.data_keys(args.prompt_key, args.answer_key),
-                         getattr(args, "data_split", "train"), args.skip_bad_rows)
-    rows = env_cls.dataset("train", args.num_train_samples, args.seed, **env_cls.settings_from_args(args))
+@dataclass(frozen=True)
+class DataSettings:
+    """The flags the training prompts come from (names as on the command line)."""
+    env: str
+    data_path: str          # None: the env generates its own rows
+    data_split: str
+    prompt_key: str
+    answer_key: str
+    skip_bad_rows: bool
+    num_train_samples: int
+    seed: int               # the generator's seed and the order's
+    env_settings: dict      # the env's own flags (Env.settings_from_args), for its `dataset`
+
+    @classmethod
+    def from_args(cls, args) -> "DataSettings":
+        return cls(env=args.env, data_path=args.data_path, data_split=getattr(args, "data_split", "train"),
+                   prompt_key=args.prompt_key, answer_key=args.answer_key, skip_bad_rows=args.skip_bad_rows,
+                   num_train_samples=args.num_train_samples, seed=args.seed,
+                   env_settings=env_class(args.env).settings_from_args(args))
+
+
+def training_rows(settings: DataSettings) -> list:
+    env_cls = env_class(settings.env)
+    if settings.data_path is not None:
+        return load_rows(settings.data_path, env_cls.data_keys(settings.prompt_key, settings.answer_key),
+                         settings.data_split, settings.skip_bad_rows)
+    rows = env_cls.dataset("train", settings.num_train_samples, settings.seed, **settings.env_settings)
     if rows is None:
-        raise DataError(f"--env {args.env} generates no data of its own: pass --data_path")
+        raise DataError(f"--env {settings.env} generates no data of its own: pass --data_path")
     return rows
 
 

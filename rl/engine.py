@@ -8,6 +8,7 @@ import contextlib
 import logging
 import os
 import weakref
+from dataclasses import dataclass
 
 import deepspeed
 import torch
@@ -15,7 +16,7 @@ from deepspeed.accelerator import get_accelerator
 from deepspeed.runtime.hybrid_engine import DeepSpeedHybridEngine
 
 from rl.actor_model import prepare_actor_model
-from rl.lora import AdaptersOffReference
+from rl.lora import AdaptersOffReference, LoraSettings
 
 logger = logging.getLogger(__name__)
 # transformers holds only a weak reference to the HfDeepSpeedConfig it reads (`is_deepspeed_zero3_enabled`, which
@@ -68,10 +69,46 @@ def hybrid_engine_supported(model_type: str, rope_scaling=None) -> tuple:
     return True, ""
 
 
-def hybrid_engine_config(args) -> dict:
+@dataclass(frozen=True)
+class EngineSettings:
+    """The flags the actor and reference engines read: optimisation and system (names as on the command line,
+    where they differ in the comment). Validated at parse time (rl/config.py, rl/lora.py)."""
+    model_name_or_path: str
+    dtype: str                     # fp32 / bf16 / fp16 / auto
+    zero_stage: int                # --actor_zero_stage
+    offload: bool
+    learning_rate: float           # --actor_learning_rate
+    weight_decay: float            # --actor_weight_decay
+    lr_scheduler_type: str
+    num_warmup_steps: int
+    ppo_epochs: int                # optimizer steps per rollout batch: the LR schedule spans max_steps * ppo_epochs
+    gradient_clipping: float
+    micro: int                     # --per_device_train_micro_batch_size
+    responses_per_rank: int        # --per_device_generation_batch_size * --num_generations: one optimizer step
+    gradient_checkpointing: bool
+    lora: LoraSettings
+    hybrid_engine: bool            # --enable_hybrid_engine (falls back to gathered HF generate where unsupported)
+    max_out_tokens: int            # the hybrid engine's: the longest rollout context (rollout_vllm.context_budget)
+    uses_reference: bool           # --beta != 0, or MAESTRO's --maestro_kl_in_reward
+
+    @classmethod
+    def from_args(cls, args) -> "EngineSettings":
+        from rl.rollout_vllm import context_budget
+        return cls(model_name_or_path=args.model_name_or_path, dtype=args.dtype, zero_stage=args.actor_zero_stage,
+                   offload=bool(args.offload), learning_rate=args.actor_learning_rate,
+                   weight_decay=args.actor_weight_decay, lr_scheduler_type=args.lr_scheduler_type,
+                   num_warmup_steps=args.num_warmup_steps, ppo_epochs=args.ppo_epochs,
+                   gradient_clipping=args.gradient_clipping, micro=args.per_device_train_micro_batch_size,
+                   responses_per_rank=args.per_device_generation_batch_size * args.num_generations,
+                   gradient_checkpointing=bool(getattr(args, "gradient_checkpointing", False)),
+                   lora=LoraSettings.from_args(args), hybrid_engine=bool(args.enable_hybrid_engine),
+                   max_out_tokens=context_budget(args),
+                   uses_reference=args.beta != 0 or bool(getattr(args, "maestro_kl_in_reward", 0)))
+
+
+def hybrid_engine_config(settings: EngineSettings) -> dict:
     """DeepSpeed-Chat's hybrid_engine block (its get_train_ds_config defaults; max_out_tokens covers every turn)."""
-    from rl.rollout_vllm import context_budget
-    return {"enabled": True, "max_out_tokens": context_budget(args), "inference_tp_size": 1,
+    return {"enabled": True, "max_out_tokens": settings.max_out_tokens, "inference_tp_size": 1,
             "release_inference_cache": False, "pin_parameters": True, "tp_gather_partition_size": 8}
 
 
@@ -82,20 +119,20 @@ def resolve_dtype(name: str) -> torch.dtype:
     return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
 
 
-def ds_config(args, world_size: int, dtype: torch.dtype, train: bool = True) -> dict:
+def ds_config(settings: EngineSettings, world_size: int, dtype: torch.dtype, train: bool = True) -> dict:
     """DeepSpeed config for the actor (train=True) or the frozen reference (train=False).
 
     The global batch of one optimizer step is the whole rollout batch: per-rank responses split into
     micro-batches with gradient accumulation.
     """
-    responses_per_rank = args.per_device_generation_batch_size * args.num_generations
-    micro = args.per_device_train_micro_batch_size
-    zero = {"stage": args.actor_zero_stage}
-    if args.actor_zero_stage == 3:
+    responses_per_rank = settings.responses_per_rank
+    micro = settings.micro
+    zero = {"stage": settings.zero_stage}
+    if settings.zero_stage == 3:
         zero.update({"stage3_param_persistence_threshold": 1e4, "stage3_max_live_parameters": 3e7,
                      "stage3_prefetch_bucket_size": 3e7, "stage3_gather_16bit_weights_on_model_save": False})
-    if args.offload:
-        zero["offload_param"] = {"device": "cpu"} if args.actor_zero_stage == 3 else None
+    if settings.offload:
+        zero["offload_param"] = {"device": "cpu"} if settings.zero_stage == 3 else None
         zero["offload_optimizer"] = {"device": "cpu"}
         zero = {k: v for k, v in zero.items() if v is not None}
     cfg = {
@@ -109,11 +146,11 @@ def ds_config(args, world_size: int, dtype: torch.dtype, train: bool = True) -> 
         "wall_clock_breakdown": False,
     }
     if train:
-        cfg["gradient_clipping"] = args.gradient_clipping
+        cfg["gradient_clipping"] = settings.gradient_clipping
         cfg["optimizer"] = {"type": "AdamW", "params": {
-            "lr": args.actor_learning_rate, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": args.actor_weight_decay,
+            "lr": settings.learning_rate, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": settings.weight_decay,
             # torch's AdamW needs no compiled op; ZeRO-Offload needs DeepSpeedCPUAdam (built on first use).
-            "torch_adam": not args.offload}}
+            "torch_adam": not settings.offload}}
     else:
         cfg["zero_optimization"].pop("offload_optimizer", None)
     return cfg
@@ -141,29 +178,33 @@ def _load_model(path: str, cfg: dict, dtype: torch.dtype):
     return model, hf_ds_config
 
 
-def build_actor(args, world_size: int, num_training_steps: int):
-    """The trainable actor: a DeepSpeed engine holding model, optimizer and LR schedule."""
+def build_actor(settings: EngineSettings, world_size: int, num_training_steps: int):
+    """The trainable actor: a DeepSpeed engine holding model, optimizer and LR schedule.
+
+    num_training_steps: the run's --max_steps (the LR schedule's span, times ppo_epochs)."""
     from transformers import get_scheduler
 
-    dtype = resolve_dtype(args.dtype)
-    cfg = ds_config(args, world_size, dtype, train=True)
-    if args.enable_hybrid_engine:
-        fallback = _hybrid_engine_fallback_reason(args.model_name_or_path)
+    dtype = resolve_dtype(settings.dtype)
+    cfg = ds_config(settings, world_size, dtype, train=True)
+    if settings.hybrid_engine:
+        fallback = _hybrid_engine_fallback_reason(settings.model_name_or_path)
         if fallback is None:
-            cfg["hybrid_engine"] = hybrid_engine_config(args)
+            cfg["hybrid_engine"] = hybrid_engine_config(settings)
         else:
             logger.warning("--enable_hybrid_engine: %s; this run generates by gathering ZeRO-3 parameters and calling "
                            "HF generate instead", fallback)
-    model, hf_ds_config = _load_model(args.model_name_or_path, cfg, dtype)
+    model, hf_ds_config = _load_model(settings.model_name_or_path, cfg, dtype)
     model.config.use_cache = True  # generation uses the KV cache; training forwards pass use_cache=False
-    model = prepare_actor_model(model, args)  # --gradient_checkpointing, --lora_r (peft adapters, base frozen)
+    # --gradient_checkpointing, --lora_r (peft adapters, base frozen)
+    model = prepare_actor_model(model, settings.gradient_checkpointing, settings.lora)
 
     def scheduler(optimizer):
-        return get_scheduler(args.lr_scheduler_type, optimizer=optimizer, num_warmup_steps=args.num_warmup_steps,
-                             num_training_steps=num_training_steps * args.ppo_epochs)
+        return get_scheduler(settings.lr_scheduler_type, optimizer=optimizer,
+                             num_warmup_steps=settings.num_warmup_steps,
+                             num_training_steps=num_training_steps * settings.ppo_epochs)
 
     engine, *_ = deepspeed.initialize(model=model, config=cfg, lr_scheduler=scheduler,
-                                      model_parameters=_param_groups(model, args.actor_weight_decay))
+                                      model_parameters=_param_groups(model, settings.weight_decay))
     _keep_zero3_config(engine, hf_ds_config)
     return engine
 
@@ -183,16 +224,16 @@ def hybrid_engine_refusal(config):
     return None if ok else why
 
 
-def build_reference(args, world_size: int, actor=None):
+def build_reference(settings: EngineSettings, world_size: int, actor=None):
     """The frozen reference, partitioned like the actor. None when nothing uses it (beta = 0 and no MAESTRO KL in
     the reward). With --lora_r, the actor with its adapters disabled (rl/lora.py): no second copy."""
-    if args.beta == 0 and not getattr(args, "maestro_kl_in_reward", 0):
+    if not settings.uses_reference:
         return None
-    if getattr(args, "lora_r", 0):
+    if settings.lora.r:
         return AdaptersOffReference(actor)
-    dtype = resolve_dtype(args.dtype)
-    cfg = ds_config(args, world_size, dtype, train=False)
-    model, hf_ds_config = _load_model(args.model_name_or_path, cfg, dtype)
+    dtype = resolve_dtype(settings.dtype)
+    cfg = ds_config(settings, world_size, dtype, train=False)
+    model, hf_ds_config = _load_model(settings.model_name_or_path, cfg, dtype)
     model.requires_grad_(False)
     model.eval()
     engine, *_ = deepspeed.initialize(model=model, config=cfg)

@@ -5,6 +5,8 @@ As in TRL's GRPOTrainer, the frozen reference of a LoRA run is the actor itself 
 (`PeftModel.disable_adapter`): no second copy of the base weights, at any ZeRO stage (the base weights are frozen
 and partitioned with the actor's; only the adapters have gradients and Adam state).
 """
+from dataclasses import dataclass
+
 import torch
 
 LORA_DEFAULT_TARGETS = "all-linear"  # peft's keyword: every nn.Linear but the output head (OpenRLHF's default)
@@ -54,19 +56,33 @@ def lora_targets(value: str):
     return LORA_DEFAULT_TARGETS if names == [LORA_DEFAULT_TARGETS] else names
 
 
-def wrap_with_lora(model, args):
+@dataclass(frozen=True)
+class LoraSettings:
+    """The LoRA flags (validated at parse time by validate_lora); r = 0 is off."""
+    r: int                  # --lora_r
+    alpha: float            # --lora_alpha
+    dropout: float          # --lora_dropout
+    target_modules: str     # --lora_target_modules, as given (comma list or all-linear)
+
+    @classmethod
+    def from_args(cls, args) -> "LoraSettings":
+        return cls(r=args.lora_r, alpha=args.lora_alpha, dropout=args.lora_dropout,
+                   target_modules=args.lora_target_modules)
+
+
+def wrap_with_lora(model, settings: LoraSettings):
     """The model with LoRA adapters (peft), or the model itself with --lora_r 0. Call before deepspeed.initialize:
     the base weights are frozen here, so DeepSpeed builds optimizer state for the adapters only."""
-    if not getattr(args, "lora_r", 0):
+    if not settings.r:
         return model
     from peft import LoraConfig, get_peft_model
 
-    config = LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
-                        target_modules=lora_targets(args.lora_target_modules), bias="none", task_type="CAUSAL_LM")
+    config = LoraConfig(r=settings.r, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
+                        target_modules=lora_targets(settings.target_modules), bias="none", task_type="CAUSAL_LM")
     try:
         return get_peft_model(model, config)
     except ValueError as exc:  # peft: "Target modules {...} not found in the base model"
-        raise SystemExit(f"train.py: error: --lora_target_modules {args.lora_target_modules}: {exc}") from None
+        raise SystemExit(f"train.py: error: --lora_target_modules {settings.target_modules}: {exc}") from None
 
 
 def is_lora(module) -> bool:

@@ -28,6 +28,25 @@ class _OtherRankFailed(SystemExit):
     """Rank 0 refused to start and printed why; the other ranks exit quietly."""
 
 
+@dataclass(frozen=True)
+class OutputSettings:
+    """Where a run writes and how often it saves; read once start_run has resolved --output_dir."""
+    output_dir: str
+    save_steps: int              # a full checkpoint every N steps (0 = only at the end and on a signal)
+    save_total_limit: int        # complete checkpoints kept (0 = all)
+    save_model_only_steps: int   # an HF export under hf/step_N every N steps (0 = off)
+    final_export: bool           # not --no_final_export: the HF model in final/
+    tensorboard_path: str        # --tensorboard_path under --enable_tensorboard, else None
+
+    @classmethod
+    def from_args(cls, args) -> "OutputSettings":
+        if args.output_dir is None:
+            raise ValueError("OutputSettings.from_args before start_run resolved --output_dir")
+        return cls(output_dir=args.output_dir, save_steps=args.save_steps, save_total_limit=args.save_total_limit,
+                   save_model_only_steps=args.save_model_only_steps, final_export=not args.no_final_export,
+                   tensorboard_path=args.tensorboard_path if args.enable_tensorboard else None)
+
+
 def start_run(args, steps: int, defaults: dict) -> RunStart:
     """Collective. Sets args.output_dir (and the TensorBoard default) when they were left to their defaults.
 

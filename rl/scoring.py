@@ -4,6 +4,7 @@ component (in killable worker processes through PooledRewards).
 Also the step's reward metrics and the guard that stops a run when one reward function's calls mostly fail.
 """
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -12,7 +13,7 @@ from envs import StepResult, env_class
 from envs.base import SUCCESS_THRESHOLD
 from rewards.base import RewardCaller
 from rewards.pooled import PooledRewards
-from rewards.policy_rewards import POLICY_REWARDS, PolicyRewards, normalise
+from rewards.policy_rewards import POLICY_REWARDS, PolicyRewards, PolicyRewardSettings, normalise
 from rewards.registry import CORRECTNESS, reward_spec
 from rl import dist
 from rl.advantages.mt_grpo import last_present
@@ -21,20 +22,53 @@ from rl.episode_end import env_kwargs
 from rl.errors import RewardFailure, TrainingAborted
 
 
-class Scorer:
-    def __init__(self, args, reward_names=None):
+@dataclass(frozen=True)
+class ScoringSettings:
+    """What the scorer reads: the env and its settings, every reward and its mix, timeouts, workers, the failure
+    guard (names as on the command line, where they differ in the comment). Validated at parse time."""
+    env: str
+    prompt_key: str
+    answer_key: str
+    max_turns: int
+    env_settings: dict             # every env's constructor keywords: the episode end and the env's own flags
+    reward_names: tuple            # --reward_funcs, or the method's own list (MAESTRO's)
+    reward_specs: tuple            # the worker-pool rewards' RewardSpecs (rewards/registry.reward_spec)
+    policy: PolicyRewardSettings   # the in-process rewards' flags (ppl, ent, fmt, len, pref)
+    reward_weights: tuple          # None: every component weighs 1
+    reward_timeout: float
+    reward_workers: int
+    max_steps: int                 # user rewards see TRL's trainer_state.max_steps
+    group_size: int                # --num_generations
+    max_reward_error_rate: float
+    traj_score: str                # last / best
+
+    @classmethod
+    def from_args(cls, args, reward_names=None) -> "ScoringSettings":
         """reward_names: the rewards to compute (default --reward_funcs; a method may name its own: MAESTRO's)."""
-        self.args = args
-        self.reward_names = list(args.reward_funcs if reward_names is None else reward_names)
-        self.env_cls = env_class(args.env)
-        self.shared_verifier = self.env_cls.make_verifier(answer_key=args.answer_key)  # one for all episodes
-        # counts and guards every env.step (run in-process: see rewards/base.py); --code_workers steps run at once
-        self.verifier = RewardCaller(None, name=CORRECTNESS, timeout_s=args.reward_timeout)
+        names = tuple(args.reward_funcs if reward_names is None else reward_names)
+        env_cls = env_class(args.env)
         # a user function `pkg.module:fn` reports as `fn` (reward/fn/mean, ...)
-        self.rewards = PooledRewards([reward_spec(name, args) for name in self.reward_names
-                                      if name != CORRECTNESS and name not in POLICY_REWARDS],
-                                     workers=args.reward_workers, timeout_s=args.reward_timeout,
-                                     max_steps=args.max_steps, group_size=args.num_generations)
+        specs = tuple(reward_spec(name, args) for name in names if name != CORRECTNESS and name not in POLICY_REWARDS)
+        return cls(env=args.env, prompt_key=args.prompt_key, answer_key=args.answer_key, max_turns=args.max_turns,
+                   env_settings={**env_kwargs(args, env_cls), **env_cls.settings_from_args(args)},
+                   reward_names=names, reward_specs=specs, policy=PolicyRewardSettings.from_args(args),
+                   reward_weights=tuple(args.reward_weights) if args.reward_weights else None,
+                   reward_timeout=args.reward_timeout, reward_workers=args.reward_workers, max_steps=args.max_steps,
+                   group_size=args.num_generations, max_reward_error_rate=args.max_reward_error_rate,
+                   traj_score=args.traj_score)
+
+
+class Scorer:
+    def __init__(self, settings: ScoringSettings):
+        self.settings = settings
+        self.reward_names = list(settings.reward_names)
+        self.env_cls = env_class(settings.env)
+        self.shared_verifier = self.env_cls.make_verifier(answer_key=settings.answer_key)  # one for all episodes
+        # counts and guards every env.step (run in-process: see rewards/base.py); --code_workers steps run at once
+        self.verifier = RewardCaller(None, name=CORRECTNESS, timeout_s=settings.reward_timeout)
+        self.rewards = PooledRewards(list(settings.reward_specs), workers=settings.reward_workers,
+                                     timeout_s=settings.reward_timeout, max_steps=settings.max_steps,
+                                     group_size=settings.group_size)
         # ppl, ent, fmt, len, pref: computed in-process with the policy (rewards/policy_rewards.py); attach_policy
         self.policy_names = [name for name in self.reward_names if name in POLICY_REWARDS]
         self.policy_rewards = None
@@ -46,14 +80,14 @@ class Scorer:
     def attach_policy(self, actor, tokenizer):
         """Give the in-process rewards (--reward_funcs ppl, ent, fmt, len, pref) the policy, once it is built."""
         if self.policy_names:
-            self.policy_rewards = PolicyRewards(self.policy_names, self.args, actor, tokenizer)
+            self.policy_rewards = PolicyRewards(self.policy_names, self.settings.policy, actor, tokenizer)
 
     def new_env(self):
         """One episode's env, with the run's settings as arguments: the episode end (rl/episode_end.py) and the
         env's own flags (Env.settings_from_args; AppWorld's --appworld_*)."""
-        return self.env_cls(verifier=self.shared_verifier, prompt_key=self.args.prompt_key,
-                            answer_key=self.args.answer_key, max_turns=self.args.max_turns,
-                            **env_kwargs(self.args, self.env_cls), **self.env_cls.settings_from_args(self.args))
+        s = self.settings
+        return self.env_cls(verifier=self.shared_verifier, prompt_key=s.prompt_key, answer_key=s.answer_key,
+                            max_turns=s.max_turns, **s.env_settings)
 
     def safe_step(self, env, text: str) -> StepResult:
         """env.step under the verifier's timeout and counters; a failure ends the episode with score 0."""
@@ -70,7 +104,7 @@ class Scorer:
 
     def trajectory_score(self, turn_scores: torch.Tensor) -> torch.Tensor:
         """Tensor[N, T] -> Tensor[N]: the final turn's score, or the best turn's (--traj_score best)."""
-        if self.args.traj_score == "best":
+        if self.settings.traj_score == "best":
             return torch.nan_to_num(turn_scores, nan=float("-inf")).max(1).values
         return last_present(turn_scores)
 
@@ -115,7 +149,7 @@ class Scorer:
 
     def scalar_reward(self, components: dict) -> torch.Tensor:
         """The weighted sum of components (abstentions count 0): GRPO's reward when there are several."""
-        weights = self.args.reward_weights or [1.0] * len(components)
+        weights = list(self.settings.reward_weights or [1.0] * len(components))
         if len(weights) != len(components):
             raise TrainingAborted(f"--reward_weights has {len(weights)} entries but the rewards produce "
                              f"{len(components)} components: {', '.join(components)}")
@@ -141,7 +175,7 @@ class Scorer:
         self.checked = now
         totals = dist.all_reduce(torch.tensor(local, dtype=torch.float64)).tolist()
         self.step_counts = {c.name: (calls, failures) for c, (calls, failures) in zip(self.callers, totals)}
-        rate = self.args.max_reward_error_rate
+        rate = self.settings.max_reward_error_rate
         failing = [name for name, (calls, failures) in self.step_counts.items() if calls and failures / calls > rate]
         if not failing:
             return

@@ -13,9 +13,9 @@ from tqdm import tqdm
 from rl import dist
 from rl.methods import StepContext, build_method, method_class
 from rl.checkpoint import checkpoint_root, export_hf, load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from rl.data import PromptStream, training_rows
+from rl.data import DataSettings, PromptStream, training_rows
 from rl.completions import completion_records
-from rl.engine import build_actor, build_reference, set_cpu_threads
+from rl.engine import EngineSettings, build_actor, build_reference, set_cpu_threads
 from rl.env_metrics import env_metrics
 from rl.metrics import MetricsLogger
 from rl.models import load_tokenizer
@@ -23,8 +23,8 @@ from rl.episodes import run_episodes
 from rl.refinement_metrics import refinement_metrics
 from rl.samplers import make_sampler
 from rl.errors import RewardFailure
-from rl.scoring import Scorer
-from rl.run_start import parser_defaults, start_run
+from rl.scoring import Scorer, ScoringSettings
+from rl.run_start import OutputSettings, parser_defaults, start_run
 from rl.step_guard import StepGuard
 from rl.update import LossSettings, no_grad_logprobs, ppo_update
 from rl.validation import PeriodicValidation
@@ -56,16 +56,20 @@ class Trainer:
         torch.manual_seed(args.seed + self.rank)  # per-rank sampling streams
 
         self.tokenizer = load_tokenizer(args.model_name_or_path)
-        self.data = PromptStream(training_rows(args), args.seed)
-        self.scorer = Scorer(args, method_class(args.algo).reward_names(args))  # every reward, computed once
+        data = DataSettings.from_args(args)
+        self.data = PromptStream(training_rows(data), data.seed)
+        # every reward, computed once: --reward_funcs or the method's own (MAESTRO's)
+        self.scorer = Scorer(ScoringSettings.from_args(args, method_class(args.algo).reward_names(args)))
         # --enable_test_mode stops the loop early (DeepSpeed-Chat); the LR schedule still spans --max_steps.
         self.steps = min(args.test_stop_step, args.max_steps) if args.enable_test_mode else args.max_steps
         # Claims OUTPUT_DIR (a lock) and decides fresh / resume / already finished, once every flag is checked.
         self.run = start_run(args, self.steps, parser_defaults())
+        self.output = OutputSettings.from_args(args)  # --output_dir as start_run resolved it, the save cadence
         if self.run.finished:
             return
-        self.actor = build_actor(args, self.world, args.max_steps)
-        self.reference = build_reference(args, self.world, self.actor)
+        engine_settings = EngineSettings.from_args(args)
+        self.actor = build_actor(engine_settings, self.world, args.max_steps)
+        self.reference = build_reference(engine_settings, self.world, self.actor)
         self.sampler = make_sampler(args, self.actor, self.tokenizer)  # who generates (rl/samplers.py)
         self.scorer.attach_policy(self.actor, self.tokenizer)  # --reward_funcs ppl / ent / fmt / len / pref
         # the --algo method (rl/methods/): its advantages, its work around them, and the state it carries
@@ -73,11 +77,11 @@ class Trainer:
             actor=self.actor, tokenizer=self.tokenizer, reference=self.reference, sampler=self.sampler,
             score_alternative=self.scorer.score_alternative, rank=self.rank, world=self.world))
         self.step = 0
-        self.guard = StepGuard(args.max_bad_steps, args.actor_zero_stage, checkpoint_root(args.output_dir))
+        self.guard = StepGuard(args.max_bad_steps, args.actor_zero_stage, checkpoint_root(self.output.output_dir))
         self.stop_signal = None
         self._resume()
-        self.metrics = MetricsLogger(args.output_dir, enabled=self.rank == 0, start_step=self.step,
-                                     tensorboard_path=args.tensorboard_path if args.enable_tensorboard else None)
+        self.metrics = MetricsLogger(self.output.output_dir, enabled=self.rank == 0, start_step=self.step,
+                                     tensorboard_path=self.output.tensorboard_path)
 
     def _resume(self):
         if self.run.resume is None:
@@ -189,8 +193,8 @@ class Trainer:
                 "scorer": self.scorer.state_dict(), "method": self.method.state_dict()}
 
     def save(self):
-        save_checkpoint(self.actor, self.args.output_dir, self.step, self.trainer_state(), self.args.save_total_limit,
-                        flags=self.run.flags)
+        save_checkpoint(self.actor, self.output.output_dir, self.step, self.trainer_state(),
+                        self.output.save_total_limit, flags=self.run.flags)
 
     def _on_signal(self, signum, frame):
         self.stop_signal = signal.Signals(signum).name
@@ -206,16 +210,16 @@ class Trainer:
         return dist.all_reduce(flag, op="max").item() > 0
 
     def fit(self):
-        a = self.args
+        out = self.output
         if self.run.finished:
             if self.rank == 0:
-                print(f"{a.output_dir} is finished: {self.run.resume.path} is at step {self.run.resume.step} of "
+                print(f"{out.output_dir} is finished: {self.run.resume.path} is at step {self.run.resume.step} of "
                       f"{self.steps}; nothing to train. Raise --max_steps to train it further, or pick another "
                       f"--output_dir for a new run", flush=True)
             self.scorer.close()
             return
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-        validation = PeriodicValidation(a, self.actor, self.tokenizer, self.steps)  # --eval_steps (0 = off)
+        validation = PeriodicValidation(self.args, self.actor, self.tokenizer, self.steps)  # --eval_steps (0 = off)
         bar = tqdm(total=self.steps, initial=self.step, desc="train", disable=self.rank != 0, dynamic_ncols=True)
         while self.step < self.steps:
             step_start = (self.trainer_state(), rng_state())
@@ -238,19 +242,19 @@ class Trainer:
                 self.save()
                 if self.rank == 0:
                     print(f"stopped by {self.stop_signal or 'a signal on another rank'} after step {self.step}; "
-                          f"checkpoint saved; continue with --output_dir {a.output_dir}", flush=True)
+                          f"checkpoint saved; continue with --output_dir {out.output_dir}", flush=True)
                 return
-            if a.save_steps and self.step % a.save_steps == 0 and self.step < self.steps:
+            if out.save_steps and self.step % out.save_steps == 0 and self.step < self.steps:
                 self.save()
-            if a.save_model_only_steps and self.step % a.save_model_only_steps == 0 and self.step < self.steps:
-                export_hf(self.actor, self.tokenizer, os.path.join(a.output_dir, "hf", f"step_{self.step}"))
+            if out.save_model_only_steps and self.step % out.save_model_only_steps == 0 and self.step < self.steps:
+                export_hf(self.actor, self.tokenizer, os.path.join(out.output_dir, "hf", f"step_{self.step}"))
         bar.close()
         self.save()
-        if not a.no_final_export:
-            export_hf(self.actor, self.tokenizer, os.path.join(a.output_dir, "final"))
+        if out.final_export:
+            export_hf(self.actor, self.tokenizer, os.path.join(out.output_dir, "final"))
         self.metrics.close()
         self.scorer.close()  # the reward workers; a hung reward cannot delay the exit (rewards/worker_pool.py)
         for sig, handler in previous.items():  # training is over: a signal now stops the process as usual
             signal.signal(sig, handler)
         if self.rank == 0:
-            print(f"done: {self.step} steps; outputs in {a.output_dir}", flush=True)
+            print(f"done: {self.step} steps; outputs in {out.output_dir}", flush=True)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from rl.actor_model import prepare_actor_model
+from rl.lora import LoraSettings
 from rl.metrics import read_metrics
 from tests.helpers import default_args, run_train
 
@@ -17,7 +18,7 @@ def tiny(path):
 
 def layer_forward_calls(model, checkpointing: bool) -> int:
     """How often decoder layer 0's MLP runs for one forward + backward in training mode."""
-    model = prepare_actor_model(model, default_args(gradient_checkpointing=checkpointing))
+    model = prepare_actor_model(model, checkpointing, LoraSettings.from_args(default_args()))
     model.train()
     calls, mlp = [], model.model.layers[0].mlp
     forward = mlp.forward  # counted by wrapping forward: torch runs the recomputation without module hooks
@@ -39,7 +40,7 @@ def test_checkpointing_recomputes_each_layer_in_backward(tiny_model_dir):
 def test_checkpointing_gives_the_same_gradients(tiny_model_dir):
     grads = []
     for checkpointing in (False, True):
-        model = prepare_actor_model(tiny(tiny_model_dir), default_args(gradient_checkpointing=checkpointing))
+        model = prepare_actor_model(tiny(tiny_model_dir), checkpointing, LoraSettings.from_args(default_args()))
         model.train()
         ids = torch.arange(4, 40).reshape(2, 18)
         model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
@@ -49,7 +50,7 @@ def test_checkpointing_gives_the_same_gradients(tiny_model_dir):
 
 
 def test_checkpointing_works_with_lora_adapters(tiny_model_dir):
-    model = prepare_actor_model(tiny(tiny_model_dir), default_args(gradient_checkpointing=True, lora_r=4))
+    model = prepare_actor_model(tiny(tiny_model_dir), True, LoraSettings.from_args(default_args(lora_r=4)))
     model.train()
     ids = torch.randint(4, 90, (2, 12))
     model(input_ids=ids, labels=ids, use_cache=False).loss.backward()  # non-reentrant: no input_require_grads

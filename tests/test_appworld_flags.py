@@ -5,8 +5,8 @@ import pytest
 
 from envs.appworld.env import AppWorldEnv
 from rl.config import parse_args
-from rl.data import training_rows
-from rl.scoring import Scorer
+from rl.data import DataSettings, training_rows
+from rl.scoring import Scorer, ScoringSettings
 
 VARIABLES = ("BACKEND", "URL", "SCORE", "EVAL_SPLIT", "TASKS_DIR")
 
@@ -30,9 +30,10 @@ def test_parsing_appworld_flags_leaves_os_environ_alone(tiny_model_dir, clean_en
 
 def test_the_trainer_s_envs_get_the_flags_as_arguments(tiny_model_dir, clean_environ):
     args = _args(tiny_model_dir, "--appworld_score", "success", "--appworld_url", "http://127.0.0.1:9")
-    env = Scorer(args).new_env()
+    env = Scorer(ScoringSettings.from_args(args)).new_env()
     assert (env.backend, env.urls, env.score_mode) == ("lite", "http://127.0.0.1:9", "success")
-    plain = Scorer(_args(tiny_model_dir)).new_env()  # unset flags leave the constructor's defaults
+    # unset flags leave the constructor's defaults
+    plain = Scorer(ScoringSettings.from_args(_args(tiny_model_dir))).new_env()
     assert (plain.backend, plain.urls, plain.score_mode) == ("lite", "http://127.0.0.1:8000", "fraction")
 
 
@@ -40,7 +41,7 @@ def test_remote_training_rows_come_from_the_tasks_dir_flag(tiny_model_dir, clean
     (tmp_path / "train.txt").write_text("task_a_1\ntask_b_2\n")
     args = _args(tiny_model_dir, "--appworld_backend", "remote", "--appworld_tasks_dir", str(tmp_path),
                  "--num_train_samples", "8")
-    assert [row["id"] for row in training_rows(args)] == ["task_a_1", "task_b_2"]
+    assert [row["id"] for row in training_rows(DataSettings.from_args(args))] == ["task_a_1", "task_b_2"]
     assert AppWorldEnv.dataset("train", 8, 0, backend="remote") is None  # no task list: --data_path is needed
 
 
@@ -55,7 +56,7 @@ def test_credo_appworld_variables_are_the_flags_defaults(tiny_model_dir, clean_e
     clean_environ.setenv("CREDO_APPWORLD_URL", "http://127.0.0.1:7")
     args = _args(tiny_model_dir)
     assert (args.appworld_score, args.appworld_url) == ("success", "http://127.0.0.1:7")  # recorded in the config
-    env = Scorer(args).new_env()
+    env = Scorer(ScoringSettings.from_args(args)).new_env()
     assert (env.score_mode, env.urls) == ("success", "http://127.0.0.1:7")
     assert _args(tiny_model_dir, "--appworld_score", "fraction").appworld_score == "fraction"  # the flag wins
 

@@ -122,7 +122,7 @@ def test_appworld_flags_reach_every_env_the_run_makes(tiny_model_dir, monkeypatc
         monkeypatch.delenv(f"CREDO_APPWORLD_{name}", raising=False)
     args = parse_args(["--env", "appworld", "--appworld_score", "success", "--appworld_backend", "lite",
                        "--appworld_url", "http://127.0.0.1:9", "--model_name_or_path", tiny_model_dir])
-    from rl.scoring import Scorer
-    env = Scorer(args).new_env()
+    from rl.scoring import Scorer, ScoringSettings
+    env = Scorer(ScoringSettings.from_args(args)).new_env()
     assert isinstance(env, AppWorldEnv)
     assert (env.backend, env.urls, env.score_mode) == ("lite", "http://127.0.0.1:9", "success")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rl.config import parse_args
-from rl.engine import HYBRID_ENGINE_MODEL_TYPES, hybrid_engine_config, hybrid_engine_supported
+from rl.engine import HYBRID_ENGINE_MODEL_TYPES, EngineSettings, hybrid_engine_config, hybrid_engine_supported
 
 
 def refused(argv, model_dir, capsys):
@@ -76,7 +76,7 @@ def test_hybrid_engine_support_follows_deepspeeds_containers(model_type, rope, o
 def test_hybrid_engine_block_is_valid_deepspeed_config(tiny_model_dir):
     from deepspeed.runtime.config import HybridEngineConfig
     args = parse_args(["--model_name_or_path", tiny_model_dir, "--max_turns", "2"])
-    block = hybrid_engine_config(args)
+    block = hybrid_engine_config(EngineSettings.from_args(args))
     parsed = HybridEngineConfig(**block)
     assert parsed.enabled and parsed.max_out_tokens == args.max_prompt_seq_len + 2 * args.max_answer_seq_len + 512
     assert "gptj" in HYBRID_ENGINE_MODEL_TYPES

@@ -123,12 +123,13 @@ def test_an_env_that_reads_its_own_fields_does_not_need_prompt_and_answer_keys(t
     import argparse
     path = write(tmp_path, json.dumps({"task_id": "t1"}).encode() + b"\n")
     args = argparse.Namespace(env="tests.fixture_envs:TaskIdEnv", data_path=path, data_split="train",
-                              prompt_key="problem", answer_key="answer", skip_bad_rows=False)
-    from rl.data import training_rows
-    assert training_rows(args) == [{"task_id": "t1"}]
+                              prompt_key="problem", answer_key="answer", skip_bad_rows=False,
+                              num_train_samples=1, seed=0)
+    from rl.data import DataSettings, training_rows
+    assert training_rows(DataSettings.from_args(args)) == [{"task_id": "t1"}]
     args.env = "math"  # the default keys are still checked for envs that read them
     with pytest.raises(DataError, match="missing key 'problem'"):
-        training_rows(args)
+        training_rows(DataSettings.from_args(args))
 
 
 def test_stream_gives_ranks_disjoint_slices_and_resumes_at_its_position():

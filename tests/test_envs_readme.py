@@ -29,11 +29,11 @@ def test_readme_env_plays_multi_turn_episodes_and_its_parts_reach_the_metrics(re
     from rl.episodes import run_episodes
     from rl.models import load_tokenizer
     from rl.samplers import make_sampler
-    from rl.scoring import Scorer
+    from rl.scoring import Scorer, ScoringSettings
     args = default_args(env="my_envs:ReverseEnv", answer_key="answer", prompt_key="problem", code_workers=2,
                               reward_funcs=["correctness"], max_turns=2, traj_score="final", reward_weights=None,
                               max_prompt_seq_len=128, max_answer_seq_len=6, temperature=1.0, top_p=1.0, top_k=0)
-    scorer = Scorer(args)
+    scorer = Scorer(ScoringSettings.from_args(args))
     samples = reverse_env.dataset("train", 4, seed=0)
     envs = [scorer.new_env() for _ in samples]
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()

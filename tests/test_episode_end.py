@@ -5,7 +5,7 @@ import pytest
 from envs import env_class
 from rl.config import parse_args
 from rl.episode_end import env_kwargs
-from rl.scoring import Scorer
+from rl.scoring import Scorer, ScoringSettings
 
 
 def _args(model, *argv):
@@ -35,7 +35,7 @@ def test_max_turns_is_refused_for_an_env_with_its_own_end(tiny_model_dir, capsys
 
 
 def test_the_trainer_s_envs_play_to_the_resolved_end(tiny_model_dir):
-    env = Scorer(_args(tiny_model_dir, "--algo", "tcpo", "--max_turns", "3")).new_env()
+    env = Scorer(ScoringSettings.from_args(_args(tiny_model_dir, "--algo", "tcpo", "--max_turns", "3"))).new_env()
     assert env.episode_end == "max_turns"
-    env = Scorer(_args(tiny_model_dir, "--algo", "grpo", "--max_turns", "3")).new_env()
+    env = Scorer(ScoringSettings.from_args(_args(tiny_model_dir, "--algo", "grpo", "--max_turns", "3"))).new_env()
     assert env.episode_end == "success"

@@ -95,10 +95,10 @@ def _play_one_turn(model_dir, env_name, guarded: bool):
     """One episode per row of `env_name` through the trainer's guarded step (Scorer.safe_step) or a bare one."""
     from transformers import AutoModelForCausalLM
     from envs import env_class
-    from rl.scoring import Scorer
+    from rl.scoring import Scorer, ScoringSettings
     tok = load_tokenizer(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
-    scorer = Scorer(_scorer_args(env_name))
+    scorer = Scorer(ScoringSettings.from_args(_scorer_args(env_name)))
     samples = env_class(env_name).dataset("train", 2, seed=0)
     envs = [scorer.new_env() for _ in samples]
     step_fn = scorer.safe_step if guarded else (lambda env, text: env.step(text))

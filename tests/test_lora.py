@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rl.config import parse_args
-from rl.lora import merged_state_dict, wrap_with_lora
+from rl.lora import LoraSettings, merged_state_dict, wrap_with_lora
 from rl.metrics import read_metrics
 from tests.helpers import default_args, run_train
 
@@ -48,15 +48,17 @@ def test_bad_lora_values_are_refused_naming_the_flag(tiny_model_dir, flags, mess
 
 def test_a_target_module_the_model_lacks_is_refused_naming_the_flag(tiny_model_dir):
     args = default_args(lora_r=4, lora_target_modules="q_proj,no_such_proj")
+    missing = LoraSettings.from_args(default_args(lora_r=4, lora_target_modules="no_such_proj"))
     with pytest.raises(SystemExit, match="--lora_target_modules no_such_proj"):
-        wrap_with_lora(tiny(tiny_model_dir), default_args(lora_r=4, lora_target_modules="no_such_proj"))
-    assert wrap_with_lora(tiny(tiny_model_dir), args) is not None  # peft accepts a list naming one existing module
+        wrap_with_lora(tiny(tiny_model_dir), missing)
+    # peft accepts a list naming one existing module
+    assert wrap_with_lora(tiny(tiny_model_dir), LoraSettings.from_args(args)) is not None
 
 
 # --- in process -----------------------------------------------------------------------------------------------
 
 def test_only_adapter_parameters_are_trainable(tiny_model_dir):
-    model = wrap_with_lora(tiny(tiny_model_dir), default_args(lora_r=4))
+    model = wrap_with_lora(tiny(tiny_model_dir), LoraSettings.from_args(default_args(lora_r=4)))
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert trainable and all(".lora_A." in n or ".lora_B." in n for n in trainable)
     # all-linear: every projection of every layer, never the (tied) output head
@@ -66,7 +68,7 @@ def test_only_adapter_parameters_are_trainable(tiny_model_dir):
 
 def test_merged_export_state_equals_the_adapter_applied_to_the_base(tiny_model_dir):
     torch.manual_seed(0)
-    model = wrap_with_lora(tiny(tiny_model_dir), default_args(lora_r=4, lora_alpha=8.0))
+    model = wrap_with_lora(tiny(tiny_model_dir), LoraSettings.from_args(default_args(lora_r=4, lora_alpha=8.0)))
     with torch.no_grad():  # a trained adapter: lora_B starts at zero, which would merge to the base itself
         for name, p in model.named_parameters():
             if ".lora_B." in name:

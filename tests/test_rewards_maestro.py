@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from rewards.length import LinearLengthReward, linear_length_score
-from rewards.policy_rewards import PolicyRewards, normalise
+from rewards.policy_rewards import PolicyRewards, PolicyRewardSettings, normalise
 from rewards.policy_signals import (entropy_and_last_hidden, nover_example, nover_length_factor, nover_tokens,
                                     reference_nll)
 from rl.tokens import left_pad
@@ -139,7 +139,7 @@ def test_policy_rewards_score_a_batch_with_the_policy(tiny):
     model, tok = tiny
     args = SimpleNamespace(format_style="boxed", len_min=2, len_max=6, temperature=1.0, answer_key="answer",
                            per_device_train_micro_batch_size=2, reward_model_name_or_path=None)
-    rewards = PolicyRewards(["fmt", "len", "ppl", "ent"], args, model, tok)
+    rewards = PolicyRewards(["fmt", "len", "ppl", "ent"], PolicyRewardSettings.from_args(args), model, tok)
     batch = tiny_batch(model, tok, ["so \\boxed{5}", "it is five", "5"], [5, 5, None])
     raw, hidden = rewards.raw(batch)
     assert hidden.shape == (3, model.config.hidden_size)
@@ -151,4 +151,4 @@ def test_policy_rewards_score_a_batch_with_the_policy(tiny):
     assert torch.isnan(raw["ppl"][2])  # no reference answer: abstains
     assert (raw["ent"] > 0).all()
     with pytest.raises(ValueError, match="not policy rewards"):
-        PolicyRewards(["correctness"], args, model, tok)
+        PolicyRewards(["correctness"], PolicyRewardSettings.from_args(args), model, tok)

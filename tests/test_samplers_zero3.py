@@ -20,11 +20,11 @@ def zero3(tiny_model_dir):
     os.environ.update(launcher_env)
     from rl import dist
     from rl.config import parse_args
-    from rl.engine import build_actor
+    from rl.engine import EngineSettings, build_actor
     dist.init_distributed()
     args = parse_args(["--model_name_or_path", tiny_model_dir, "--env", "tests.fixture_envs:DigitFractionEnv",
                        "--output_dir", "unused", "--actor_zero_stage", "3", "--max_answer_seq_len", "8"])
-    actor = build_actor(args, 1, 10)
+    actor = build_actor(EngineSettings.from_args(args), 1, 10)
     yield args, actor
     # Later test modules expect no process group, no launcher variables and no ZeRO-3 config (tests/test_checkpoint.py)
     import torch.distributed

@@ -7,7 +7,7 @@ import torch
 
 from rl.config import parse_args
 from rl.errors import RewardFailure
-from rl.scoring import Scorer
+from rl.scoring import Scorer, ScoringSettings
 from rl.types import Rollout
 
 N = 8  # completions on the rank (2 prompts x 4 generations)
@@ -16,7 +16,7 @@ N = 8  # completions on the rank (2 prompts x 4 generations)
 def make_scorer(*flags):
     args = parse_args(["--env", "tests.fixture_envs:DigitFractionEnv", "--model_name_or_path", "tiny-model",
                        "--num_generations", "4", "--per_device_generation_batch_size", "2", *flags])
-    scorer = Scorer(args)
+    scorer = Scorer(ScoringSettings.from_args(args))
     return scorer
 
 
