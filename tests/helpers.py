@@ -1,4 +1,5 @@
 """Test helpers: a tiny random Llama with a character tokenizer built in code, and a real-launcher runner."""
+import contextlib
 import os
 import string
 import subprocess
@@ -75,3 +76,38 @@ def default_args(**overrides):
     args.episode_end_given = args.episode_end  # resolved as rl.config.validate does
     args.episode_end = resolve_episode_end(args.episode_end, args.algo)
     return args
+
+
+@contextlib.contextmanager
+def one_rank_process_group():
+    """An in-process one-rank DeepSpeed process group for a module's fixture, torn down completely afterwards, also
+    when the fixture's setup fails: later modules (and the train.py subprocesses they start, which inherit
+    os.environ) expect no process group, no launcher variables, no ZeRO-3 config registered with transformers, and
+    no DeepSpeed group cached from the old process group (deepspeed.utils.groups keeps its world group)."""
+    launcher_env = dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_SIZE="1", MASTER_ADDR="127.0.0.1",
+                        MASTER_PORT=str(free_port()))
+    saved_env = {key: os.environ.get(key) for key in launcher_env}
+    os.environ.update(launcher_env)
+    try:
+        from rl import dist
+        dist.init_distributed()
+        yield
+    finally:
+        import gc
+
+        import deepspeed.utils.groups as ds_groups
+        import torch.distributed
+        from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+        gc.collect()
+        unset_hf_deepspeed_config()
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+        for name in ("_WORLD_GROUP", "_DATA_PARALLEL_GROUP", "_MODEL_PARALLEL_GROUP", "_TENSOR_MODEL_PARALLEL_GROUP",
+                     "_ZERO_PARAM_INTRA_PARALLEL_GROUP"):
+            if hasattr(ds_groups, name):
+                setattr(ds_groups, name, None)
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

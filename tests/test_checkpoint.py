@@ -12,7 +12,7 @@ import torch
 
 from rl.checkpoint import (latest_checkpoint, load_checkpoint, nonfinite_counts, resolve_resume, save_checkpoint)
 from rl.manifest import CheckpointError
-from tests.helpers import free_port
+from tests.helpers import one_rank_process_group
 
 pytestmark = pytest.mark.slow
 OPTIM_FILE = "zero_pp_rank_0_mp_rank_00_optim_states.pt"
@@ -28,33 +28,15 @@ def train_one_step(engine):
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir):
-    launcher_env = dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_SIZE="1", MASTER_ADDR="127.0.0.1",
-                        MASTER_PORT=str(free_port()))
-    saved_env = {key: os.environ.get(key) for key in launcher_env}
-    os.environ.update(launcher_env)
-    from rl import dist
-    from rl.config import parse_args
-    from rl.engine import EngineSettings, build_actor
-    dist.init_distributed()
-    args = parse_args(["--model_name_or_path", tiny_model_dir, "--env", "tests.fixture_envs:DigitFractionEnv",
-                       "--output_dir", "unused", "--actor_zero_stage", "3"])
-    actor = build_actor(EngineSettings.from_args(args), 1, 10)
-    train_one_step(actor)  # so that the Adam moments exist and are saved
-    yield actor
-    # Later test modules in this pytest process expect no process group, no launcher variables, and no ZeRO-3
-    # config registered with transformers (else every later from_pretrained would load under zero.Init).
-    import gc
-    import torch.distributed
-    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
-    del actor
-    gc.collect()
-    unset_hf_deepspeed_config()
-    torch.distributed.destroy_process_group()
-    for key, value in saved_env.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    with one_rank_process_group():
+        from rl.config import parse_args
+        from rl.engine import EngineSettings, build_actor
+        args = parse_args(["--model_name_or_path", tiny_model_dir, "--env", "tests.fixture_envs:DigitFractionEnv",
+                           "--output_dir", "unused", "--actor_zero_stage", "3"])
+        actor = build_actor(EngineSettings.from_args(args), 1, 10)
+        train_one_step(actor)  # so that the Adam moments exist and are saved
+        yield actor
+        del actor
 
 
 def saved(engine, out, step=1):

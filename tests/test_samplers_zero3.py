@@ -2,42 +2,25 @@
 draws what the unpartitioned model draws under the same seed, and the actor trains afterwards (ZeRO's hooks are
 back); transformers' ZeRO-3 config lives as long as the engine without anything attached to it."""
 import gc
-import os
 
 import pytest
 import torch
 
-from tests.helpers import free_port
+from tests.helpers import one_rank_process_group
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def zero3(tiny_model_dir):
-    launcher_env = dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_SIZE="1", MASTER_ADDR="127.0.0.1",
-                        MASTER_PORT=str(free_port()))
-    saved_env = {key: os.environ.get(key) for key in launcher_env}
-    os.environ.update(launcher_env)
-    from rl import dist
-    from rl.config import parse_args
-    from rl.engine import EngineSettings, build_actor
-    dist.init_distributed()
-    args = parse_args(["--model_name_or_path", tiny_model_dir, "--env", "tests.fixture_envs:DigitFractionEnv",
-                       "--output_dir", "unused", "--actor_zero_stage", "3", "--max_answer_seq_len", "8"])
-    actor = build_actor(EngineSettings.from_args(args), 1, 10)
-    yield args, actor
-    # Later test modules expect no process group, no launcher variables and no ZeRO-3 config (tests/test_checkpoint.py)
-    import torch.distributed
-    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
-    del actor
-    gc.collect()
-    unset_hf_deepspeed_config()
-    torch.distributed.destroy_process_group()
-    for key, value in saved_env.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    with one_rank_process_group():
+        from rl.config import parse_args
+        from rl.engine import EngineSettings, build_actor
+        args = parse_args(["--model_name_or_path", tiny_model_dir, "--env", "tests.fixture_envs:DigitFractionEnv",
+                           "--output_dir", "unused", "--actor_zero_stage", "3", "--max_answer_seq_len", "8"])
+        actor = build_actor(EngineSettings.from_args(args), 1, 10)
+        yield args, actor
+        del actor
 
 
 def test_transformers_zero3_config_lives_with_the_engine_and_nothing_is_attached_to_it(zero3):

@@ -2,7 +2,6 @@
 weights): the step's gradient is the global batch's whatever the micro-batch size, and the sampler's log-probs
 are measured and, under --vllm_is_correction tis, reweight the loss."""
 import math
-import os
 
 import pytest
 import torch
@@ -10,7 +9,7 @@ import torch
 from rl.step_guard import StepGuard
 from rl.types import Rollout
 from rl.update import LossSettings, ppo_update
-from tests.helpers import free_port
+from tests.helpers import one_rank_process_group
 
 pytestmark = pytest.mark.slow
 N, P, R = 4, 3, 5  # responses on this rank, prompt width, response width
@@ -20,32 +19,19 @@ N, P, R = 4, 3, 5  # responses on this rank, prompt width, response width
 def engines(tiny_model_dir):
     """{micro-batch size: a stage-0 DeepSpeed engine of the same tiny model}; DeepSpeed fixes the gradient
     accumulation (N // micro) when it builds an engine."""
-    launcher_env = dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_SIZE="1", MASTER_ADDR="127.0.0.1",
-                        MASTER_PORT=str(free_port()))
-    saved_env = {key: os.environ.get(key) for key in launcher_env}
-    os.environ.update(launcher_env)
-    import deepspeed
-    from transformers import AutoModelForCausalLM
-    from rl import dist
-    dist.init_distributed()
-    out = {}
-    for micro in (1, 2, 4):
-        model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
-        cfg = {"train_micro_batch_size_per_gpu": micro, "gradient_accumulation_steps": N // micro,
-               "train_batch_size": N, "zero_optimization": {"stage": 0}, "gradient_clipping": 1.0,
-               "steps_per_print": 10 ** 9,
-               "optimizer": {"type": "AdamW", "params": {"lr": 0.0, "torch_adam": True}}}
-        out[micro], *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
-    yield out
-    import gc
-    out.clear()
-    gc.collect()
-    torch.distributed.destroy_process_group()
-    for key, value in saved_env.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    with one_rank_process_group():
+        import deepspeed
+        from transformers import AutoModelForCausalLM
+        out = {}
+        for micro in (1, 2, 4):
+            model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+            cfg = {"train_micro_batch_size_per_gpu": micro, "gradient_accumulation_steps": N // micro,
+                   "train_batch_size": N, "zero_optimization": {"stage": 0}, "gradient_clipping": 1.0,
+                   "steps_per_print": 10 ** 9,
+                   "optimizer": {"type": "AdamW", "params": {"lr": 0.0, "torch_adam": True}}}
+            out[micro], *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+        yield out
+        out.clear()
 
 
 def rollout_batch(rollout_logp=None) -> Rollout:
