@@ -5,7 +5,6 @@ fsync), its verification and load, and a model-only HF export, for the default m
 """
 import argparse
 import os
-import platform
 import shutil
 import tempfile
 import time
@@ -15,15 +14,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def folder_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(path) for n in names)
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-        return names[0] if names else platform.machine()
-    except OSError:
-        return platform.machine()
 
 
 def main():
@@ -41,7 +31,7 @@ def main():
     from rl.config import parse_args
     from rl.engine import build_actor
     from rl.models import load_tokenizer
-    from benchmarks.results_io import write_results
+    from benchmarks.results_io import cpu_model, write_results
 
     dist.init_distributed()
     out = tempfile.mkdtemp(prefix="bench_checkpoint_")

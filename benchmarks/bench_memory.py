@@ -9,7 +9,6 @@ times are metrics.jsonl's time/step and time/train. Ratios are against the first
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -23,15 +22,6 @@ CONFIGS = {"full": [], "full_gc": ["--gradient_checkpointing"], "lora": ["--lora
 # Runs train.py as its only child and prints that child's peak RSS (KiB on Linux).
 WRAPPER = ("import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); "
            "print('MAXRSS_KIB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(rc)")
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-        return names[0] if names else platform.machine()
-    except OSError:
-        return platform.machine()
 
 
 def run_config(name: str, flags: list, steps: int, extra: list) -> dict:
@@ -92,7 +82,7 @@ def main():
     p.add_argument("--results", default=os.path.join(REPO, "benchmarks", "results", "memory"))
     a = p.parse_args()
     import torch
-    from benchmarks.results_io import write_results
+    from benchmarks.results_io import cpu_model, write_results
     from rl.hardware import cpu_bf16_matmul_isa
     from rl.models import DEFAULT_MODEL_NAME
     extra = ["--model_name_or_path", a.model_name_or_path] if a.model_name_or_path else []
