@@ -18,6 +18,10 @@
   test), RESULTS.md and RESULTS.png (needs matplotlib, from requirements-bench.txt). `--also SPEC` adds secondary
   metrics (e.g. final correctness), reported the same way and labelled as not deciding.
 - `--plan` validates every run's flags and lists which runs are cached and which would run, running nothing.
+- `--archive DIR` copies each finished run's report inputs (no model, no checkpoints) into DIR in the cache's layout
+  (benchmarks/compare_archive.py); `--cache_dir DIR` then reproduces the report with nothing to run. `--partial`
+  runs nothing and reports the seeds finished under every method, labelled partial: a sweep longer than one sitting
+  is committed in parts.
 
 Metrics (--metric):
   eval:KEY                          eval.py's results.json metrics[KEY] (e.g. eval:pass@1); higher is better
@@ -36,6 +40,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from benchmarks.compare_archive import archive_run, archive_sweep_file, complete_seeds
 from benchmarks.mechanisms.paired import PAIRED_HEADER, format_paired_row, paired
 from benchmarks.ports import free_port
 
@@ -251,17 +256,30 @@ def sweep(a) -> dict:
             done = os.path.exists(os.path.join(a.cache_dir, key[:20], "run.json"))
             print(f"compare: {label} seed {seed}: {'cached' if done else 'to run'} ({key[:20]})")
         return None
-    preregister(os.path.join(a.cache_dir, f"{a.name}.sweep.json"), metric, baseline)
+    sweep_json = os.path.join(a.cache_dir, f"{a.name}.sweep.json")
+    preregister(sweep_json, metric, baseline)
+    if a.archive:
+        archive_sweep_file(sweep_json, a.archive)
+    done = lambda key: os.path.exists(os.path.join(a.cache_dir, key[:20], "run.json"))  # noqa: E731
+    if a.partial:
+        keys = {(p[0], p[1]): p[2] for p in planned}
+        seeds = complete_seeds(seeds, methods, lambda label, seed: done(keys[label, seed]))
+        if not seeds:
+            raise CompareError(f"--partial: no seed is finished under every method in {a.cache_dir}")
+        planned = [p for p in planned if p[1] in seeds]
+        order = [p for p in order if p[1] in seeds]
     ran = []
     for label, seed, key, argv, eval_argv, config in order:
         run_dir = os.path.join(a.cache_dir, key[:20])
-        if os.path.exists(os.path.join(run_dir, "run.json")):
+        if done(key):
             print(f"compare: {label} seed {seed}: cached ({run_dir})", flush=True)
-            continue
-        print(f"compare: {label} seed {seed}: running ({run_dir})", flush=True)
-        execute_run(run_dir, argv, eval_argv, a.num_gpus, {"key": key, "method": label, "seed": seed, "train_argv":
-                    argv, "eval_argv": eval_argv, "config": config, "commit": git_commit()})
-        ran.append(key)
+        else:
+            print(f"compare: {label} seed {seed}: running ({run_dir})", flush=True)
+            execute_run(run_dir, argv, eval_argv, a.num_gpus, {"key": key, "method": label, "seed": seed,
+                        "train_argv": argv, "eval_argv": eval_argv, "config": config, "commit": git_commit()})
+            ran.append(key)
+        if a.archive:
+            archive_run(run_dir, a.archive)
     runs = {label: [] for label in methods}
     for label, seed, key, argv, eval_argv, config in planned:
         run_dir = os.path.join(a.cache_dir, key[:20])
@@ -278,7 +296,8 @@ def sweep(a) -> dict:
     secondary_comparisons = {m.spec: {f"{label} vs {baseline}": paired([r["also"][m.spec] for r in runs[label]],
                                                                         [r["also"][m.spec] for r in runs[baseline]])
                                       for label in methods if label != baseline} for m in secondary}
-    return {"name": a.name, "deciding_metric": {"spec": metric.spec, "description": metric.describe(),
+    return {"name": a.name, "partial": bool(a.partial) and len(seeds) < len(a.seeds.split(",")),
+            "deciding_metric": {"spec": metric.spec, "description": metric.describe(),
                                                 "higher_is_better": metric.higher_is_better},
             "baseline": baseline, "seeds": seeds, "methods": {k: shlex.join(v) for k, v in methods.items()},
             "config": {"train_args": a.train_args, "eval_args": None if a.no_eval else a.eval_args,
@@ -291,6 +310,8 @@ def sweep(a) -> dict:
 def report(result: dict) -> str:
     metric = result["deciding_metric"]
     lines = [f"# {result['name']}: paired comparison over {len(result['seeds'])} seeds\n",
+             *(["**Partial**: the sweep is not finished; these are the seeds finished under every method.\n"]
+               if result.get("partial") else []),
              f"Deciding metric (pre-registered): `{metric['spec']}`: {metric['description']}.\n",
              f"Baseline: {result['baseline']}. Methods: " + "; ".join(f"{k}: `{v}`" for k, v in result["methods"].items()),
              f"\nCommon train.py flags: `{result['config']['train_args']}`; eval.py flags: "
@@ -349,8 +370,13 @@ def main(argv=None):
                    help="one folder per run, named by its config hash (default output/compare)")
     p.add_argument("--results", default=None, help="output prefix (default benchmarks/results/NAME)")
     p.add_argument("--plan", action="store_true", help="validate every run's flags, list cached / to-run, run nothing")
+    p.add_argument("--archive", default=None,
+                   help="copy each finished run's report inputs (no model) into this folder (default: none)")
+    p.add_argument("--partial", action="store_true",
+                   help="run nothing; report the seeds finished under every method, labelled partial (default off)")
     a = p.parse_args(argv)
     a.cache_dir = os.path.abspath(a.cache_dir)
+    a.archive = os.path.abspath(a.archive) if a.archive else None
     prefix = a.results or os.path.join(REPO, "benchmarks", "results", a.name)
     try:
         result = sweep(a)

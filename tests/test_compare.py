@@ -133,6 +133,31 @@ def test_a_killed_sweep_resumes_where_it_stopped_and_a_finished_one_comes_from_i
     assert cached["comparisons"] == result["comparisons"]
     assert "running" not in again.stdout and again.stdout.count("cached") == 4
 
+    # 4. --archive slims the cache to the report's inputs; that archive alone reproduces the report.
+    archive = tmp_path / "archive"
+    slim = subprocess.run([*argv, "--archive", str(archive)], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert slim.returncode == 0, slim.stderr[-3000:]
+    archived = sorted(str(p.relative_to(archive)) for p in archive.rglob("*") if p.is_file())
+    assert len(archived) == 1 + 4 * 3 and "tiny.sweep.json" in archived  # run.json, metrics.jsonl, eval results
+    assert not any("final" in name or "checkpoint" in name for name in archived), archived
+    from_archive_argv = [a if a != str(cache) else str(archive) for a in argv]
+    reproduced = subprocess.run(from_archive_argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert reproduced.returncode == 0, reproduced.stderr[-3000:]
+    again_result = json.loads(prefix.with_suffix(".json").read_text())
+    assert again_result["ran_this_invocation"] == 0 and again_result["comparisons"] == result["comparisons"]
+
+    # 5. A sweep missing a run reports, with --partial, only the seeds finished under every method.
+    missing = next(r for r in result["runs"]["dr_grpo"] if r["seed"] == 2)["key"][:20]
+    os.remove(archive / missing / "run.json")
+    partial = subprocess.run([*from_archive_argv, "--partial"], cwd=REPO_ROOT, env=env, capture_output=True,
+                             text=True, timeout=600)
+    assert partial.returncode == 0, partial.stderr[-3000:]
+    partial_result = json.loads(prefix.with_suffix(".json").read_text())
+    assert partial_result["partial"] is True and partial_result["seeds"] == [1]
+    assert partial_result["ran_this_invocation"] == 0 and "running" not in partial.stdout
+    assert "**Partial**" in prefix.with_suffix(".md").read_text()
+
 
 def test_plan_validates_every_run_and_runs_nothing(tiny_model_dir, tmp_path, capsys):
     cache = tmp_path / "cache"

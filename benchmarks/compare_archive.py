@@ -1,0 +1,51 @@
+"""A sweep's cache, slimmed to what its report reads, so it can be committed and reproduce the report anywhere.
+
+compare.py's cache holds each run's model and checkpoints (about 2 GB per SmolLM2 run). The report reads only
+`run.json`, `train/metrics.jsonl` and the metrics of `eval/results.json`. `archive_run` copies those (the eval file
+without its per-problem responses) into ARCHIVE/<key>/ in the cache's own layout, so that
+`compare.py ... --cache_dir ARCHIVE` reproduces the committed comparison with nothing to run, and a sweep spread
+over several sittings can be committed in parts.
+"""
+import json
+import os
+import shutil
+
+SLIM_FILES = ("run.json", os.path.join("train", "metrics.jsonl"))
+
+
+def _write_json_atomically(path: str, value):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(value, f, indent=1, default=str)
+    os.replace(tmp, path)
+
+
+def archive_run(run_dir: str, archive_dir: str) -> str:
+    """Copy one finished run's report inputs into archive_dir/<basename(run_dir)>/; returns that folder.
+
+    run.json is written last, as in the cache, so an interrupted archive is never taken for a finished run.
+    """
+    target = os.path.join(archive_dir, os.path.basename(run_dir.rstrip(os.sep)))
+    os.makedirs(os.path.join(target, "train"), exist_ok=True)
+    shutil.copyfile(os.path.join(run_dir, SLIM_FILES[1]), os.path.join(target, SLIM_FILES[1]))
+    results = os.path.join(run_dir, "eval", "results.json")
+    if os.path.exists(results):
+        with open(results) as f:
+            evaluation = json.load(f)
+        os.makedirs(os.path.join(target, "eval"), exist_ok=True)
+        _write_json_atomically(os.path.join(target, "eval", "results.json"),
+                               {k: v for k, v in evaluation.items() if k != "problems"})
+    with open(os.path.join(run_dir, "run.json")) as f:
+        _write_json_atomically(os.path.join(target, "run.json"), json.load(f))
+    return target
+
+
+def archive_sweep_file(sweep_json: str, archive_dir: str):
+    """The pre-registration (NAME.sweep.json) travels with the runs, so the archive refuses a switched metric too."""
+    os.makedirs(archive_dir, exist_ok=True)
+    shutil.copyfile(sweep_json, os.path.join(archive_dir, os.path.basename(sweep_json)))
+
+
+def complete_seeds(seeds, methods, is_done) -> list:
+    """The seeds whose runs are finished under every method: a partial report holds complete pairs only."""
+    return [seed for seed in seeds if all(is_done(label, seed) for label in methods)]
