@@ -28,6 +28,7 @@ Metrics (--metric):
   last:KEY / mean_last:KEY:N        the last / the mean of the last N metrics.jsonl rows of KEY; higher is better
   first_step:KEY:THRESHOLD:WINDOW   the first step whose trailing WINDOW-step mean of KEY is >= THRESHOLD and stays
                                     so to the end; never: max_steps + 1 (censored); lower is better
+  ...:lower                         eval, last and mean_last with lower is better (eval:regression_rate:lower)
 """
 import argparse
 import hashlib
@@ -61,36 +62,40 @@ class Metric:
     key: str
     threshold: float = None
     window: int = 1
+    lower: bool = False  # a ":lower" suffix: e.g. eval:regression_rate:lower
 
     @property
     def higher_is_better(self) -> bool:
-        return self.kind != "first_step"
+        return self.kind != "first_step" and not self.lower
 
     def describe(self) -> str:
+        better = f"({'higher' if self.higher_is_better else 'lower'} is better)"
         if self.kind == "eval":
-            return f"eval.py metrics[{self.key!r}] of the exported model (higher is better)"
+            return f"eval.py metrics[{self.key!r}] of the exported model {better}"
         if self.kind == "mean_last":
-            return f"mean of {self.key!r} over the last {self.window} logged steps (higher is better)"
+            return f"mean of {self.key!r} over the last {self.window} logged steps {better}"
         if self.kind == "last":
-            return f"{self.key!r} at the last logged step (higher is better)"
+            return f"{self.key!r} at the last logged step {better}"
         return (f"first step at which the trailing {self.window}-step mean of {self.key!r} reaches {self.threshold} "
                 f"and stays there to the end; max_steps + 1 if never (lower is better)")
 
 
 def parse_metric(spec: str) -> Metric:
     parts = spec.split(":")
+    lower = parts[-1] == "lower" and parts[0] != "first_step"
+    parts = parts[:-1] if lower else parts
     kind, n = parts[0], len(parts)
     try:
         if kind in ("eval", "last") and n == 2:
-            return Metric(spec, kind, parts[1])
+            return Metric(spec, kind, parts[1], lower=lower)
         if kind == "mean_last" and n == 3:
-            return Metric(spec, kind, parts[1], window=int(parts[2]))
+            return Metric(spec, kind, parts[1], window=int(parts[2]), lower=lower)
         if kind == "first_step" and n == 4:
             return Metric(spec, kind, parts[1], threshold=float(parts[2]), window=int(parts[3]))
     except ValueError:
         pass
     raise CompareError(f"--metric {spec!r}: expected eval:KEY, last:KEY, mean_last:KEY:N or "
-                       f"first_step:KEY:THRESHOLD:WINDOW")
+                       f"first_step:KEY:THRESHOLD:WINDOW (the first three take a ':lower' suffix)")
 
 
 def first_sustained_step(steps, values, threshold: float, window: int):

@@ -13,7 +13,7 @@ import random
 import re
 
 from envs.arith import EVAL_SEED, make_arith_split
-from envs.base import VerifyAndRefineEnv, register_env
+from envs.base import SUCCESS_THRESHOLD, VerifyAndRefineEnv, register_env
 from rewards.arith import ArithVerifier
 
 ADJECTIVES = ["quiet", "busy", "tiny", "bright", "small", "cold", "tall", "green", "noisy", "gentle", "dark", "warm"]
@@ -59,6 +59,23 @@ class MixedEnv(VerifyAndRefineEnv):
 
     def first_message(self, sample: dict) -> str:
         return sample["prompt"]
+
+    def step(self, model_text: str):
+        result = super().step(model_text)
+        self.final_score = result.score
+        return result
+
+    def episode_record(self) -> dict:
+        """The prompt kind and the last turn's score, for eval.py's per-kind accuracy (MAESTRO's claim is per kind)."""
+        return {"kind": self.sample.get("kind"), "final_score": getattr(self, "final_score", 0.0)}
+
+    @classmethod
+    def eval_metrics(cls, records: list) -> dict:
+        """`pass@1/<kind>`: the share of a kind's episodes whose last turn is correct (every sample of every row)."""
+        by_kind = {}
+        for r in records:
+            by_kind.setdefault(r["kind"], []).append(float(r["final_score"] >= SUCCESS_THRESHOLD))
+        return {f"pass@1/{kind}": sum(v) / len(v) for kind, v in sorted(by_kind.items())}
 
     @classmethod
     def dataset(cls, split: str, n: int, seed: int):

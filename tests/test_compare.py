@@ -27,6 +27,9 @@ def test_a_malformed_metric_is_refused_with_the_forms_it_accepts():
         compare.parse_metric("first_step:reward/mean:0.8")
     assert compare.parse_metric("first_step:reward/mean:0.8:3").higher_is_better is False
     assert compare.parse_metric("eval:pass@1").higher_is_better is True
+    regression = compare.parse_metric("eval:regression_rate:lower")
+    assert (regression.key, regression.higher_is_better) == ("regression_rate", False)
+    assert "lower is better" in regression.describe()
 
 
 def test_a_sweep_cannot_switch_its_deciding_metric_after_the_first_invocation(tmp_path):
