@@ -2,12 +2,19 @@
 
 One invocation runs, one after another on the same cores and for the same number of steps:
   - trl:          TRL GRPOTrainer (benchmarks/trl_grpo_runner.py), one process, torch threads = all cores;
-  - credo-1rank:  train.py under the `deepspeed` launcher, 1 rank, ZeRO-3, OMP threads = all cores;
+  - trl-bf16:     the same with GRPOConfig(bf16=True);
+  - credo-default: train.py under the `deepspeed` launcher, 1 rank, credo's default system flags (no
+                  --actor_zero_stage, --dtype auto): what a user runs;
+  - credo-1rank:  train.py under the `deepspeed` launcher, 1 rank, ZeRO-3, fp32, OMP threads = all cores;
   - credo-1rank-zero0: the same with --actor_zero_stage 0 (nothing to partition on one rank);
   - credo-2rank:  the same with 2 ranks (ZeRO-3), OMP threads = cores / 2 each, 4 prompts per rank.
 Task: SmolLM2-135M-Instruct, single-digit arith prompts (benchmarks/bench_envs.py), 8 prompts x 4 completions per
-step, at most 48 new tokens, temperature 0.7, lr 1e-5, beta 0, one update per batch, fp32. The first step of
-every runner is warm-up and is left out of the means.
+step, at most 48 new tokens, temperature 0.7, lr 1e-5, beta 0, one update per batch, fp32 (except trl-bf16 and
+credo-default). The first step of every runner is warm-up and is left out of the means.
+
+The machine's limit (benchmarks/bench_limit.py): a matmul probe at the model's MLP shape in fp32 and bf16, measured
+at the start of the same invocation, against each credo runner's train-phase FLOP/s (formula in bench_limit.py).
+Generation is reported as generated tokens per second of the generate phase.
 
 credo runs through benchmarks/credo_timed_train.py (train.py plus timers for log-probs, backward and optimizer
 step; `--plain` runs train.py itself). Results: benchmarks/results/vs_trl.{json,md}.
@@ -25,6 +32,7 @@ import subprocess
 import sys
 import time
 
+from benchmarks.bench_limit import limit_lines, measure_limit
 from benchmarks.ports import free_port
 from benchmarks.results_io import write_results
 from rl.metrics import read_metrics
@@ -36,10 +44,13 @@ ENV = "benchmarks.bench_envs:SingleDigitArithEnv"
 PROMPTS, GROUP, MAX_NEW, TEMPERATURE, LR = 8, 4, 48, 0.7, 1e-5
 # credo's phase keys, in step order (logprobs/backward/optimizer_step are parts of train, from credo_timed_train.py)
 PHASES = ("gather", "generate", "reward", "counterfactual", "train", "logprobs", "backward", "optimizer_step")
-# credo runners: name -> (ranks, ZeRO stage). On one rank ZeRO-3 partitions nothing but still gathers every layer per
-# micro-batch and copies gradients into partitions; stage 0 is the plain data-parallel engine.
-CREDO_RUNNERS = {"credo-1rank": (1, 3), "credo-1rank-zero0": (1, 0), "credo-2rank": (2, 3)}
-RUNNERS = ("trl", *CREDO_RUNNERS)
+# credo runners: name -> (ranks, ZeRO stage, dtype); None leaves the flag at train.py's default. On one rank ZeRO-3
+# partitions nothing but still copies each micro-batch's gradients into partitions (rl/zero_config.py); stage 0 is
+# the plain data-parallel engine.
+CREDO_RUNNERS = {"credo-default": (1, None, None), "credo-1rank": (1, 3, "fp32"), "credo-1rank-zero0": (1, 0, "fp32"),
+                 "credo-2rank": (2, 3, "fp32")}
+TRL_RUNNERS = {"trl": "off", "trl-bf16": "on"}  # name -> --bf16
+RUNNERS = (*TRL_RUNNERS, *CREDO_RUNNERS)
 
 
 def _run(cmd, log, env):
@@ -54,7 +65,7 @@ def _run(cmd, log, env):
     return time.time() - t0
 
 
-def run_trl(out_dir, steps, seed, threads, gradient_checkpointing="off", model=MODEL, max_new=MAX_NEW):
+def run_trl(out_dir, steps, seed, threads, gradient_checkpointing="off", model=MODEL, max_new=MAX_NEW, bf16="off"):
     """Per-step records of TRL's GRPOTrainer: [{step, seconds, tokens, phases}]."""
     os.makedirs(out_dir, exist_ok=True)
     out = os.path.join(out_dir, "trl.json")
@@ -62,7 +73,7 @@ def run_trl(out_dir, steps, seed, threads, gradient_checkpointing="off", model=M
            "--steps", str(steps), "--prompts", str(PROMPTS), "--num_generations", str(GROUP),
            "--max_completion_length", str(max_new), "--temperature", str(TEMPERATURE), "--learning_rate", str(LR),
            "--threads", str(threads), "--seed", str(seed), "--gradient_checkpointing", gradient_checkpointing,
-           "--out", out]
+           "--bf16", bf16, "--out", out]
     wall = _run(cmd, os.path.join(out_dir, "trl.log"), dict(os.environ, OMP_NUM_THREADS=str(threads)))
     with open(out) as f:
         result = json.load(f)
@@ -73,7 +84,8 @@ def run_trl(out_dir, steps, seed, threads, gradient_checkpointing="off", model=M
 
 
 def run_credo(out_dir, steps, seed, ranks, threads, prompts_per_rank, extra=(), plain=False, zero_stage=3,
-              max_new=MAX_NEW, group=GROUP, env=ENV, model=MODEL):
+              max_new=MAX_NEW, group=GROUP, env=ENV, model=MODEL, dtype="fp32"):
+    """zero_stage / dtype None: train.py's default."""
     """Per-step records of credo's train.py: [{step, seconds, tokens, phases}] from metrics.jsonl."""
     if os.path.exists(out_dir):
         shutil.rmtree(out_dir)
@@ -81,8 +93,10 @@ def run_credo(out_dir, steps, seed, ranks, threads, prompts_per_rank, extra=(), 
     script = "train.py" if plain else os.path.join("benchmarks", "credo_timed_train.py")
     deepspeed = os.path.join(os.path.dirname(sys.executable), "deepspeed")
     cmd = [deepspeed, "--num_gpus", str(ranks), "--master_port", str(free_port()), script,
-           "--model_name_or_path", model, "--env", env, "--algo", "grpo", "--actor_zero_stage", str(zero_stage),
-           "--dtype", "fp32", "--max_answer_seq_len", str(max_new), "--temperature", str(TEMPERATURE),
+           "--model_name_or_path", model, "--env", env, "--algo", "grpo",
+           *(["--actor_zero_stage", str(zero_stage)] if zero_stage is not None else []),
+           *(["--dtype", dtype] if dtype is not None else []),
+           "--max_answer_seq_len", str(max_new), "--temperature", str(TEMPERATURE),
            "--actor_learning_rate", str(LR), "--beta", "0", "--num_generations", str(group),
            "--per_device_generation_batch_size", str(prompts_per_rank), "--max_steps", str(steps),
            "--seed", str(seed), "--resume", "none", "--no_final_export", "--output_dir", out_dir, *extra]
@@ -92,7 +106,8 @@ def run_credo(out_dir, steps, seed, ranks, threads, prompts_per_rank, extra=(), 
     responses = prompts_per_rank * ranks * group
     steps_out = [{"step": r["step"], "seconds": r["time/step"], "tokens": r["response_length/mean"] * responses,
                   "reward": r.get("reward/mean", r.get("reward/correctness/mean")),
-                  "phases": {k[5:]: v for k, v in r.items() if k.startswith("time/") and k != "time/step"}}
+                  "phases": {k[5:]: v for k, v in r.items() if k.startswith("time/") and k != "time/step"},
+                  "counts": {k[6:]: v for k, v in r.items() if k.startswith("count/")}}
                  for r in rows]
     return {"steps": steps_out, "wall_s": wall, "command": cmd}
 
@@ -102,11 +117,13 @@ def summarise(run: dict, skip: int = 1) -> dict:
     steps = run["steps"][skip:] or run["steps"]
     seconds = sum(s["seconds"] for s in steps)
     tokens = sum(s["tokens"] for s in steps)
-    phases = {}
+    phases, counts = {}, {}
     for s in steps:
         for k, v in s["phases"].items():
             phases[k] = phases.get(k, 0.0) + v / len(steps)
-    return {"s_per_step": seconds / len(steps), "tokens_per_step": tokens / len(steps),
+        for k, v in s.get("counts", {}).items():
+            counts[k] = counts.get(k, 0.0) + v / len(steps)
+    return {"counts": counts, "s_per_step": seconds / len(steps), "tokens_per_step": tokens / len(steps),
             "generated_tokens_per_s": tokens / max(seconds, 1e-9), "steps_measured": [s["step"] for s in steps],
             "step_seconds": [round(s["seconds"], 3) for s in steps], "phases": phases}
 
@@ -126,6 +143,9 @@ def machine_info() -> dict:
             info[name] = __import__(name).__version__
         except ImportError:
             info[name] = None
+    from rl.hardware import auto_dtype_name, cpu_bf16_matmul_isa
+    info["bf16_isa"] = cpu_bf16_matmul_isa()
+    info["auto_dtype"] = "%s (%s)" % auto_dtype_name(False)
     info["loadavg_start"] = os.getloadavg()
     return info
 
@@ -156,17 +176,21 @@ def main():
     if not os.path.exists(os.path.join(a.model, "config.json")):
         p.error(f"{a.model} not found: run `bash scripts/setup.sh` first")
     machine = machine_info()
+    # the machine's limit, measured before the runners on the same cores (benchmarks/bench_limit.py)
+    limit = measure_limit(a.model, a.threads)
+    print("matmul probe: " + ", ".join(f"{p['dtype']} {p['flops_per_s'] / 1e9:.3g} GFLOP/s" for p in limit["probes"]),
+          flush=True)
     extra = shlex.split(a.credo_args)
     runs = {}
     for name in runners:
-        if name == "trl":
+        if name in TRL_RUNNERS:
             runs[name] = run_trl(os.path.join(a.out, name), a.steps, a.seed, a.threads, a.trl_gradient_checkpointing,
-                                 a.model, a.max_new_tokens)
+                                 a.model, a.max_new_tokens, bf16=TRL_RUNNERS[name])
         else:
-            ranks, stage = CREDO_RUNNERS[name]
+            ranks, stage, dtype = CREDO_RUNNERS[name]
             runs[name] = run_credo(os.path.join(a.out, name), a.steps, a.seed, ranks, max(1, a.threads // ranks),
                                    PROMPTS // ranks, extra, a.plain, zero_stage=stage, max_new=a.max_new_tokens,
-                                   model=a.model)
+                                   model=a.model, dtype=dtype)
         runs[name]["summary"] = summarise(runs[name])
         s = runs[name]["summary"]
         print(f"{name}: {s['s_per_step']:.2f} s/step, {s['generated_tokens_per_s']:.1f} generated tokens/s "
@@ -176,33 +200,48 @@ def main():
     result = {"command": command, "machine": machine, "date": time.strftime("%Y-%m-%d %H:%M"),
               "settings": {"model": os.path.relpath(a.model, REPO), "env": ENV, "prompts_per_step": PROMPTS,
                            "num_generations": GROUP, "max_new_tokens": a.max_new_tokens, "temperature": TEMPERATURE,
-                           "learning_rate": LR, "beta": 0.0, "dtype": "fp32", "steps": a.steps, "warmup_steps": 1,
+                           "learning_rate": LR, "beta": 0.0, "dtype": "fp32 (trl-bf16: bf16; credo-default: auto)",
+                           "steps": a.steps, "warmup_steps": 1,
                            "trl_gradient_checkpointing": a.trl_gradient_checkpointing, "credo_args": a.credo_args},
-              "runs": runs}
+              "limit": limit, "runs": runs}
     write_results(result, a.results, report)
 
 
 def report(result: dict) -> str:
     runs, m = result["runs"], result["machine"]
-    trl = runs.get("trl", {}).get("summary")
+    trl_runs = [n for n in TRL_RUNNERS if n in runs]
+    # the reference is TRL's faster dtype
+    trl_best = min(trl_runs, key=lambda n: runs[n]["summary"]["s_per_step"]) if trl_runs else None
+    trl = runs[trl_best]["summary"] if trl_best else None
     lines = [f"# credo vs TRL GRPOTrainer: step throughput ({result['date']})", "",
              f"Command: `{result['command']}`", "",
              f"Machine: {m['cpu']}, {m['cores']} cores; load average {m['loadavg_start'][0]:.2f} at start, "
              f"{m['loadavg_end'][0]:.2f} at end. torch {m['torch']}, transformers {m['transformers']}, "
-             f"trl {m['trl']}, deepspeed {m['deepspeed']}.", "",
+             f"trl {m['trl']}, deepspeed {m['deepspeed']}. bf16 matmul instructions: "
+             f"{m.get('bf16_isa') or 'none (AVX2 only: bf16 is emulated, slower than fp32)'}; credo's --dtype auto "
+             f"here: {m.get('auto_dtype', '?')}.", "",
              "Settings: " + ", ".join(f"{k} {v}" for k, v in result["settings"].items()), "",
-             "| runner | s/step | generated tokens/step | generated tokens/s | TRL s/step / runner s/step |",
+             f"| runner | s/step | generated tokens/step | generated tokens/s | {trl_best or 'TRL'} s/step / runner "
+             "s/step |",
              "|---|---|---|---|---|"]
     for name, run in runs.items():
         s = run["summary"]
         ratio = f"{trl['s_per_step'] / s['s_per_step']:.2f}" if trl else "n/a"
         lines.append(f"| {name} | {s['s_per_step']:.2f} | {s['tokens_per_step']:.0f} | "
                      f"{s['generated_tokens_per_s']:.1f} | {ratio} |")
-    credo = [n for n in runs if n != "trl"]
+    credo = [n for n in runs if n not in TRL_RUNNERS]
     best = min(credo, key=lambda n: runs[n]["summary"]["s_per_step"]) if credo else None
     if trl and best:
         ratio = trl["s_per_step"] / runs[best]["summary"]["s_per_step"]
-        lines += ["", f"Best credo runner: {best}, {ratio:.2f}x TRL's step throughput (target: >= 1.5x)."]
+        lines += ["", f"Best credo runner: {best}, {ratio:.2f}x {trl_best}'s step throughput."]
+    if trl and "credo-default" in runs:
+        ratio = trl["s_per_step"] / runs["credo-default"]["summary"]["s_per_step"]
+        lines += ["", f"credo at its default system flags: **{ratio:.2f}x** the step throughput of TRL's faster dtype "
+                      f"({trl_best}); target >= 2.0x" + (" (reached)." if ratio >= 2.0 else
+                                                           f" (short by {2.0 / ratio:.2f}x).")]
+    if result.get("limit"):
+        auto = m.get("auto_dtype", "fp32").split()[0]
+        lines += ["", *limit_lines(result["limit"], runs, {n: CREDO_RUNNERS[n][2] or auto for n in credo})]
     lines += ["", "Per-phase seconds per step (mean over measured steps). credo: time/* metrics, the slowest rank's, "
               "except logprobs/backward/optimizer_step (rank 0's, parts of train). TRL: wrappers around "
               "GRPOTrainer methods (rollout = generate + reward + advantages; loss_forward = log-prob forward + loss).",

@@ -15,6 +15,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 PHASES = {}
+COUNTS = {}
 
 
 def _timed(fn, phase):
@@ -28,13 +29,25 @@ def _timed(fn, phase):
     return wrapper
 
 
+def _counted(fn):
+    """Counts the update's forward shapes for benchmarks/bench_limit.py's FLOPs: tokens through the body (padded
+    micro-batch rows x columns) and positions through the LM head (rows x (response length + 1))."""
+    @functools.wraps(fn)
+    def wrapper(model, input_ids, attention_mask, prompt_len, *args, **kwargs):
+        rows, columns = input_ids.shape
+        COUNTS["update_seq_tokens"] = COUNTS.get("update_seq_tokens", 0) + rows * columns
+        COUNTS["update_head_tokens"] = COUNTS.get("update_head_tokens", 0) + rows * (columns - prompt_len + 1)
+        return fn(model, input_ids, attention_mask, prompt_len, *args, **kwargs)
+    return wrapper
+
+
 def install():
     import rl.update as update_module
     from rl.trainer import Trainer
 
     # ppo_update calls the module-level name, so rebinding it times every log-prob forward of the update (the
     # no-grad reference / old-policy passes go through rl.batching's own name and are not counted).
-    update_module.response_logprobs = _timed(update_module.response_logprobs, "logprobs")
+    update_module.response_logprobs = _timed(_counted(update_module.response_logprobs), "logprobs")
     original_init, original_step = Trainer.__init__, Trainer.train_step
 
     def init(self, args):
@@ -44,8 +57,10 @@ def install():
 
     def train_step(self):
         PHASES.clear()
+        COUNTS.clear()
         metrics = original_step(self)
         metrics.update({f"time/{k}": v for k, v in PHASES.items()})
+        metrics.update({f"count/{k}": v for k, v in COUNTS.items()})
         return metrics
 
     Trainer.__init__, Trainer.train_step = init, train_step

@@ -3,7 +3,8 @@
 Settings match credo's run: the same model, single-digit arith prompts through the same chat template, credo's
 arith verifier as the only reward, 8 prompts x 4 completions per optimizer step, one update per generation batch
 (per_device_train_batch_size 32, steps_per_generation 1, num_iterations 1, so TRL computes no old log-probs), at
-most 48 new tokens at temperature 0.7, lr 1e-5 constant, beta 0 (no reference model), fp32, CPU, no eval, no saving.
+most 48 new tokens at temperature 0.7, lr 1e-5 constant, beta 0 (no reference model), fp32 (or `--bf16 on`), CPU,
+no eval, no saving.
 
 Writes a JSON of per-step records: wall seconds from on_step_begin to on_step_end, mean completion length, and a
 phase breakdown from wrappers around GRPOTrainer's own methods (generate, reward, rollout total, loss forward,
@@ -68,6 +69,8 @@ def main():
     p.add_argument("--learning_rate", type=float, default=1e-5)
     p.add_argument("--gradient_checkpointing", choices=("on", "off"), default="off",
                    help="GRPOConfig defaults to on; credo does not checkpoint, so off is the matched setting")
+    p.add_argument("--bf16", choices=("on", "off"), default="off",
+                   help="GRPOConfig's bf16 (mixed precision: autocast over fp32 weights), a TRL user's bf16 switch")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--out", required=True, help="JSON file for the per-step records")
@@ -91,7 +94,7 @@ def main():
         steps_per_generation=1, num_iterations=1, num_generations=a.num_generations,
         max_completion_length=a.max_completion_length, temperature=a.temperature, top_p=1.0, top_k=0,
         learning_rate=a.learning_rate, lr_scheduler_type="constant", warmup_steps=0, adam_beta2=0.95,
-        weight_decay=0.0, max_grad_norm=1.0, beta=0.0, bf16=False, fp16=False, use_cpu=True, use_vllm=False,
+        weight_decay=0.0, max_grad_norm=1.0, beta=0.0, bf16=a.bf16 == "on", fp16=False, use_cpu=True, use_vllm=False,
         gradient_checkpointing=a.gradient_checkpointing == "on", logging_steps=1, report_to=[], save_strategy="no",
         eval_strategy="no", seed=a.seed, dataloader_num_workers=0, disable_tqdm=True)
     clock = PhaseClock()

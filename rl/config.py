@@ -117,7 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=1234, help="seed of data order, sampling and init")
 
     g = p.add_argument_group("system (DeepSpeed)")
-    g.add_argument("--actor_zero_stage", type=int, choices=(0, 1, 2, 3), default=3, help="ZeRO stage of actor and reference")
+    g.add_argument("--actor_zero_stage", type=int, choices=(0, 1, 2, 3), default=None,
+                   help="ZeRO stage of actor and reference. Default: 0 in one process (DeepSpeed-Chat's single_gpu "
+                        "scripts; one-rank ZeRO-3 copies every micro-batch's gradients, rl/zero_config.py), 3 on "
+                        "several ranks or with --offload")
     g.add_argument("--offload", action="store_true", help="ZeRO-Offload of parameters and optimizer state to CPU")
     g.add_argument("--dtype", choices=("fp32", "bf16", "fp16", "auto"), default="auto",
                    help="training dtype; auto = bf16 on CUDA and on CPUs with bf16 matmul instructions (AMX or AVX-512 BF16: "
@@ -311,6 +314,8 @@ def validate(args) -> None:
         bad("--tensorboard_path is set but TensorBoard is off: add --enable_tensorboard")
     if args.tensorboard_path is None and args.output_dir is not None:  # else set with the default output dir
         args.tensorboard_path = os.path.join(args.output_dir, "tensorboard")
+    from rl.zero_config import resolve_zero_stage
+    resolve_zero_stage(args)
     if args.offload and args.actor_zero_stage == 0:
         bad("--offload moves ZeRO partitions to the CPU and needs --actor_zero_stage 1, 2 or 3 (got 0)")
     from rl.lora import validate_lora

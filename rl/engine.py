@@ -17,6 +17,7 @@ from deepspeed.runtime.hybrid_engine import DeepSpeedHybridEngine
 
 from rl.actor_model import prepare_actor_model
 from rl.lora import AdaptersOffReference, LoraSettings
+from rl.zero_config import zero3_parameter_knobs
 
 logger = logging.getLogger(__name__)
 # transformers holds only a weak reference to the HfDeepSpeedConfig it reads (`is_deepspeed_zero3_enabled`, which
@@ -129,8 +130,8 @@ def ds_config(settings: EngineSettings, world_size: int, dtype: torch.dtype, tra
     micro = settings.micro
     zero = {"stage": settings.zero_stage}
     if settings.zero_stage == 3:
-        zero.update({"stage3_param_persistence_threshold": 1e4, "stage3_max_live_parameters": 3e7,
-                     "stage3_prefetch_bucket_size": 3e7, "stage3_gather_16bit_weights_on_model_save": False})
+        # one rank keeps every parameter gathered between optimizer steps (rl/zero_config.py)
+        zero.update({**zero3_parameter_knobs(world_size), "stage3_gather_16bit_weights_on_model_save": False})
     if settings.offload:
         zero["offload_param"] = {"device": "cpu"} if settings.zero_stage == 3 else None
         zero["offload_optimizer"] = {"device": "cpu"}

@@ -71,7 +71,10 @@ def test_defaults_fill_the_micro_batch_and_tensorboard_path(tiny_model_dir):
                         "--per_device_generation_batch_size", "7", "--num_generations", "2"])
     assert seven.per_device_train_micro_batch_size == 7
     assert args.tensorboard_path == "o/tensorboard"
-    assert build_parser().get_default("actor_zero_stage") == 3
+    # unset, --actor_zero_stage resolves by world size (rl/zero_config.py): 0 in one process, as DeepSpeed-Chat's
+    # single_gpu scripts
+    assert build_parser().get_default("actor_zero_stage") is None
+    assert args.actor_zero_stage == 0
 
 
 def test_fp16_on_cpu_and_bad_resume_paths_are_refused(tiny_model_dir, capsys):
