@@ -8,6 +8,9 @@ episode driver (rl/episodes.py), TCPO's counterfactuals (rl/counterfactual.py), 
 - VLLMSampler (--rollout_backend vllm): a colocated vLLM engine (rl/rollout_vllm.py) fed the actor's weights; the
   only one that also returns the sampler's own log-probs (for TIS and the mismatch metrics).
 
+`generate_with_signals` also returns what the decode loop recorded per drawn token (rl/sampling_signals.py: log-probs,
+entropy, the last hidden state) for TCPO's surprisal and MAESTRO's `ent`; the other samplers record none.
+
 The interface takes token lists, not a padded batch: a multi-turn context is a list of tokens growing turn by
 turn, vLLM consumes lists, and padding is a detail of the HF samplers.
 """
