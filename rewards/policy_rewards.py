@@ -83,6 +83,10 @@ class PolicyRewards:
         self.actor.eval()
         signals = getattr(batch, "signals", None)
         if signals is not None and signals.entropy is not None and signals.last_hidden is not None:
+            if signals.entropy.shape != batch.response_mask.shape or len(signals.last_hidden) != len(batch.input_ids):
+                raise ValueError(f"batch.signals ({tuple(signals.entropy.shape)}) do not match the rollout's responses "
+                                 f"({tuple(batch.response_mask.shape)}): code that changes a Rollout's rows must change "
+                                 "its signals too (rl.sampling_signals.SamplingSignals.select)")
             entropy = mean_over_mask(signals.entropy, batch.response_mask)
             hidden = signals.last_hidden.float().cpu()
         else:

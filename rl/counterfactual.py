@@ -15,6 +15,7 @@ import torch
 from rl import dist
 from rl.advantages.tcpo import eligible_turns
 from rl.batching import batched_response_logprobs
+from rl.sampling_signals import checked_signals
 
 
 def turn_surprisal(logp: torch.Tensor, turn_ids: torch.Tensor, num_turns: int) -> torch.Tensor:
@@ -32,7 +33,7 @@ def rollout_logprobs(engine, batch, temperature: float) -> torch.Tensor:
     """Tensor[N, R] log-probs of the response tokens under the rollout policy: the ones the sampling pass recorded
     (batch.signals, rl/sampling_signals.py: no extra forward), else a no-grad forward of the actor. Either way on
     every rank of a ZeRO-3 run alike (the same sampler everywhere), so no rank waits in a collective alone."""
-    signals = getattr(batch, "signals", None)
+    signals = checked_signals(batch)
     if signals is not None and signals.logp is not None:
         return signals.logp
     return batched_response_logprobs(engine, batch.input_ids, batch.attention_mask, batch.prompt_len, temperature,

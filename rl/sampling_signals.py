@@ -54,6 +54,29 @@ class SamplingSignals:
     entropy: torch.Tensor = None   # Tensor[N, R], 0 off the model's tokens
     last_hidden: torch.Tensor = None  # Tensor[N, H] after each trajectory's last token (its last model turn's)
 
+    def select(self, rows) -> "SamplingSignals":
+        """The signals of some rows (a LongTensor or list of row indices), for code that filters a rollout's rows
+        (it must select these too: stale rows would give other trajectories' surprisal or entropy)."""
+        pick = lambda t: None if t is None else t[torch.as_tensor(rows, device=t.device)]  # noqa: E731
+        return SamplingSignals(pick(self.logp), pick(self.entropy), pick(self.last_hidden))
+
+
+def checked_signals(batch):
+    """batch.signals, refused by name when they no longer match the batch's response part (rows filtered or padded
+    without them): a silent mismatch would credit one trajectory with another's surprisal."""
+    signals = getattr(batch, "signals", None)
+    if signals is None:
+        return None
+    shape = tuple(batch.response_mask.shape)
+    for name in ("logp", "entropy"):
+        value = getattr(signals, name)
+        if value is not None and tuple(value.shape) != shape:
+            raise ValueError(f"batch.signals.{name} is {tuple(value.shape)} but the rollout's responses are {shape}: "
+                             "code that changes a Rollout's rows must change its signals too (SamplingSignals.select)")
+    if signals.last_hidden is not None and signals.last_hidden.shape[0] != shape[0]:
+        raise ValueError(f"batch.signals.last_hidden has {signals.last_hidden.shape[0]} rows for {shape[0]} responses")
+    return signals
+
 
 def layout_signals(segments: list, signals: list, width_r: int, device):
     """SamplingSignals from the episode driver's per-row segments [(tokens, turn or -1)] and per-segment

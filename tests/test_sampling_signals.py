@@ -167,3 +167,27 @@ def test_samplers_without_a_decode_loop_record_nothing_and_consumers_fall_back(t
     sampler = make_sampler(run_args(decode_loop="hf_generate"), model, tok)
     tokens, _, recorded = sampler.generate_with_signals([[5, 6, 7]], {}, {"logp"})
     assert len(tokens) == 1 and recorded is None
+
+
+def test_signals_that_no_longer_match_the_rollout_are_refused_not_misread(tiny):
+    """Code that drops rows of a rollout (e.g. filtering constant groups) without its signals would credit one
+    trajectory with another's surprisal: the consumers refuse it by name; SamplingSignals.select keeps them aligned."""
+    from rl.counterfactual import rollout_logprobs
+    from rl.sampling_signals import checked_signals
+    model, tok = tiny
+    batch = play(model, tok, {"logp", "entropy", "hidden"}, seed=3, groups=2, group_size=2)
+    full = batch.signals
+    keep = torch.tensor([0, 2, 3])
+    batch.input_ids, batch.attention_mask, batch.response_mask = (batch.input_ids[keep], batch.attention_mask[keep],
+                                                                  batch.response_mask[keep])
+    with pytest.raises(ValueError, match="SamplingSignals.select"):
+        rollout_logprobs(model, batch, TEMPERATURE)
+    settings = PolicyRewardSettings(format_style="boxed", reward_model_name_or_path=None,
+                                    per_device_train_micro_batch_size=3, temperature=TEMPERATURE, len_min=5,
+                                    len_max=20, answer_key="answer")
+    batch.completions, batch.samples = [batch.completions[i] for i in keep], [batch.samples[i] for i in keep]
+    with pytest.raises(ValueError, match="SamplingSignals.select"):
+        PolicyRewards(["ent"], settings, model, tok).raw(batch)
+    batch.signals = full.select(keep)
+    assert checked_signals(batch) is batch.signals
+    torch.testing.assert_close(rollout_logprobs(model, batch, TEMPERATURE), full.logp[keep])
