@@ -25,7 +25,8 @@ import torch
 
 from rewards.format import FormatReward
 from rewards.length import linear_length_score
-from rewards.policy_signals import entropy_and_last_hidden, nover_example, nover_length_factor, reference_nll
+from rewards.policy_signals import (entropy_and_last_hidden, mean_over_mask, nover_example, nover_length_factor,
+                                    reference_nll)
 
 logger = logging.getLogger(__name__)
 POLICY_REWARDS = ("fmt", "ppl", "ent", "len", "pref")
@@ -62,6 +63,8 @@ class PolicyRewards:
         if unknown:
             raise ValueError(f"not policy rewards: {unknown}; choose from {POLICY_REWARDS}")
         self.names, self.settings, self.actor, self.tokenizer = list(names), settings, actor, tokenizer
+        # entropy and the Conductor's hidden state, recorded by the sampling pass where the sampler can (raw())
+        self.sampling_signals = frozenset({"entropy", "hidden"})
         self.format = FormatReward(settings.format_style)
         self.preference = None
         if "pref" in self.names:
@@ -71,13 +74,24 @@ class PolicyRewards:
     def raw(self, batch):
         """({name: Tensor[n]} on each reward's own scale, final hidden state Tensor[n, H]) for this rank's rows.
 
-        raw ppl is log P_r (NaN where the row has no reference answer), raw ent the mean token entropy.
+        raw ppl is log P_r (NaN where the row has no reference answer), raw ent the mean token entropy. Entropy and
+        hidden state come from the sampling pass (batch.signals, rl/sampling_signals.py) where it recorded them, the
+        same values within float tolerance; else from a no-grad forward.
         """
         a, micro = self.settings, self.settings.per_device_train_micro_batch_size
         was_training = self.actor.training
         self.actor.eval()
-        entropy, hidden = entropy_and_last_hidden(self.actor, batch.input_ids, batch.attention_mask, batch.prompt_len,
-                                                  batch.response_mask, a.temperature, micro)
+        signals = getattr(batch, "signals", None)
+        if signals is not None and signals.entropy is not None and signals.last_hidden is not None:
+            if signals.entropy.shape != batch.response_mask.shape or len(signals.last_hidden) != len(batch.input_ids):
+                raise ValueError(f"batch.signals ({tuple(signals.entropy.shape)}) do not match the rollout's responses "
+                                 f"({tuple(batch.response_mask.shape)}): code that changes a Rollout's rows must change "
+                                 "its signals too (rl.sampling_signals.SamplingSignals.select)")
+            entropy = mean_over_mask(signals.entropy, batch.response_mask)
+            hidden = signals.last_hidden.float().cpu()
+        else:
+            entropy, hidden = entropy_and_last_hidden(self.actor, batch.input_ids, batch.attention_mask,
+                                                      batch.prompt_len, batch.response_mask, a.temperature, micro)
         raw = {}
         for name in self.names:
             if name == "fmt":

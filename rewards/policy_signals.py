@@ -41,12 +41,18 @@ def entropy_and_last_hidden(model, input_ids, attention_mask, prompt_len: int, r
         out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask), use_cache=False,
                     output_hidden_states=True, logits_to_keep=resp_len + 1)
         ent = entropy_from_logits(out.logits[:, :-1, :].float() / temperature)
-        rmask = response_mask[s:s + micro].to(ent.device)
-        entropies.append(((ent * rmask).sum(1) / rmask.sum(1).clamp(min=1)).float().cpu())
+        entropies.append(mean_over_mask(ent, response_mask[s:s + micro]))
         last = mask.shape[1] - 1 - mask.flip(1).long().argmax(1)  # index of the last 1 in each row
         final = out.hidden_states[-1]                                # after the final norm (HF convention)
         hiddens.append(final[torch.arange(len(ids), device=final.device), last.to(final.device)].float().cpu())
     return torch.cat(entropies), torch.cat(hiddens)
+
+
+def mean_over_mask(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per-row mean of values over the mask's ones (0 for a row without any). Tensor[N, R] x2 -> Tensor[N] float32
+    on CPU."""
+    mask = mask.to(values.device, values.dtype)
+    return ((values * mask).sum(1) / mask.sum(1).clamp(min=1)).float().cpu()
 
 
 def nover_tokens(tokenizer, prompt_ids: list, completion: str, answer, style: str = "boxed"):

@@ -4,7 +4,8 @@ the same history and compare the turn's score with theirs.
 cf[i, k] = r[i, k] - mean(score of M alternatives for turn k of trajectory i), left NaN when the alternatives all
 scored the same (no information) or the turn was not selected. Selection is per rank: the --tcpo_cf_budget
 eligible turns (non-improving and before success, as rl/advantages/tcpo.py defines them) of this rank's batch with
-the highest surprisal (mean NLL of the turn's tokens under the rollout policy), or random ones for the ablation.
+the highest surprisal (mean NLL of the turn's tokens under the rollout policy, from the log-probs the sampling pass
+recorded), or random ones for the ablation. The alternatives of every chosen turn are drawn in one batched generate.
 """
 import random
 import time
@@ -14,6 +15,7 @@ import torch
 from rl import dist
 from rl.advantages.tcpo import eligible_turns
 from rl.batching import batched_response_logprobs
+from rl.sampling_signals import checked_signals
 
 
 def turn_surprisal(logp: torch.Tensor, turn_ids: torch.Tensor, num_turns: int) -> torch.Tensor:
@@ -27,6 +29,17 @@ def turn_surprisal(logp: torch.Tensor, turn_ids: torch.Tensor, num_turns: int) -
     return out
 
 
+def rollout_logprobs(engine, batch, temperature: float) -> torch.Tensor:
+    """Tensor[N, R] log-probs of the response tokens under the rollout policy: the ones the sampling pass recorded
+    (batch.signals, rl/sampling_signals.py: no extra forward), else a no-grad forward of the actor. Either way on
+    every rank of a ZeRO-3 run alike (the same sampler everywhere), so no rank waits in a collective alone."""
+    signals = checked_signals(batch)
+    if signals is not None and signals.logp is not None:
+        return signals.logp
+    return batched_response_logprobs(engine, batch.input_ids, batch.attention_mask, batch.prompt_len, temperature,
+                                     micro=16)
+
+
 def candidate_turns(turn_scores: torch.Tensor, args) -> torch.Tensor:
     """Tensor[N, T] bool: the turns that may get counterfactuals, TCPO's eligible turns (non-improving and before
     success): a turn after a solution has preservation/regression credit, and tcpo() would ignore its cf."""
@@ -37,8 +50,8 @@ def candidate_turns(turn_scores: torch.Tensor, args) -> torch.Tensor:
 def counterfactuals(engine, sampler, tokenizer, batch, score_fn, args, timings) -> tuple:
     """Returns (cf Tensor[N, T], number of turns that got alternatives).
 
-    engine: the actor (the surprisal forward); sampler: the run's sampler (rl/samplers.py), which draws the
-    alternatives as it draws the rollout's turns.
+    engine: the actor (the surprisal forward where the sampler recorded no log-probs); sampler: the run's sampler
+    (rl/samplers.py), which draws the alternatives as it draws the rollout's turns.
 
     score_fn(env, text) -> float | None scores an alternative at the env's turn without advancing it (None when
     the env cannot, or the call failed: that turn gets no counterfactual).
@@ -56,9 +69,7 @@ def counterfactuals(engine, sampler, tokenizer, batch, score_fn, args, timings) 
         return cf, 0
     pairs = candidates.nonzero().tolist()
     if args.tcpo_cf_select == "topl":
-        logp = batched_response_logprobs(engine, batch.input_ids, batch.attention_mask, batch.prompt_len,
-                                         args.temperature, micro=16)
-        surprisal = turn_surprisal(logp, batch.turn_ids, num_turns)
+        surprisal = turn_surprisal(rollout_logprobs(engine, batch, args.temperature), batch.turn_ids, num_turns)
         pairs.sort(key=lambda ik: -surprisal[ik[0], ik[1]].item())
     else:
         random.Random(int(batch.group_ids[0]) * 7919 + n).shuffle(pairs)

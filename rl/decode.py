@@ -7,6 +7,10 @@ pays for 48 x 32 rows.
 HF also samples with `torch.multinomial`, which draws one exponential per vocabulary entry (50 ms per step for
 32 x 49152 here); inverse-CDF sampling draws one uniform per row from the same distribution.
 
+Identical contexts (a prompt's G samples at the first turn, TCPO's alternatives of one turn) are prefilled once,
+their KV-cache rows copied. The loop can also record, per sampled token, what later stages would otherwise recompute
+with a forward (rl/sampling_signals.py).
+
 The logits warpers are transformers' own (temperature, top-k, top-p, in HF generate's order), so a response is
 drawn from the distribution HF generate would sample from. Greedy decoding (temperature 0) is argmax.
 Measured in benchmarks/results/decode_loop.md.
@@ -45,6 +49,25 @@ def sample_from_logits(logits: torch.Tensor, generator=None) -> torch.Tensor:
     return picked.clamp(max=logits.shape[-1] - 1)
 
 
+def _prefill(model, cache, input_ids, attention_mask, positions) -> torch.Tensor:
+    """Run the contexts into `cache`; Tensor[B, V] logits of each row's next token.
+
+    Identical contexts (a prompt's G samples at the first turn, TCPO's alternatives of one turn) go through the
+    model once and their cache rows are copied: on a CPU the prefill is the costly part of a short turn.
+    """
+    unique, inverse = torch.unique(torch.cat([input_ids, attention_mask], dim=1), dim=0, return_inverse=True)
+    if len(unique) == len(input_ids):
+        return model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, past_key_values=cache,
+                     use_cache=True, logits_to_keep=1).logits[:, -1, :]
+    # one row of the batch per distinct context (any of its copies: they are equal)
+    first = torch.zeros(len(unique), dtype=torch.long, device=input_ids.device).scatter_(
+        0, inverse, torch.arange(len(input_ids), device=input_ids.device))
+    logits = model(input_ids=input_ids[first], attention_mask=attention_mask[first], position_ids=positions[first],
+                   past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1, :]
+    cache.reorder_cache(inverse)  # the cache's rows back in the batch's order, copies included
+    return logits[inverse]
+
+
 @torch.no_grad()
 def sample_batch(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int, eos_token_ids,
                  temperature: float, top_k=None, top_p=None) -> list:
@@ -58,23 +81,68 @@ def sample_batch(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, m
     Returns:
         B token lists, each through its first EOS or cut at max_new_tokens.
     """
+    return sample_batch_with_signals(model, input_ids, attention_mask, max_new_tokens, eos_token_ids, temperature,
+                                     top_k, top_p)[0]
+
+
+@torch.no_grad()
+def sample_batch_with_signals(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int,
+                              eos_token_ids, temperature: float, top_k=None, top_p=None, signals=frozenset()) -> tuple:
+    """sample_batch, also recording rl/sampling_signals.py's `signals` ("logp", "entropy", "hidden") per row.
+
+    The same random draws as without signals (one uniform per running row and step), so a seeded run samples the
+    same tokens either way. Returns (B token lists, B TurnSignals or None when no signal was asked for).
+    """
     from transformers import DynamicCache
+
+    from rl.sampling_signals import TurnSignals, check_signals, token_logp_entropy
+    signals = check_signals(signals)
+    scores, want_hidden = bool(signals & {"logp", "entropy"}), "hidden" in signals
     warpers = logits_warpers(temperature, top_k, top_p) if temperature > 0 else None
     eos = torch.tensor(sorted(set(eos_token_ids)), device=input_ids.device)
     responses = [[] for _ in range(input_ids.shape[0])]
+    recorded = [TurnSignals(logp=[] if "logp" in signals else None, entropy=[] if "entropy" in signals else None)
+                for _ in responses]
     live = torch.arange(input_ids.shape[0], device=input_ids.device)  # original row of each batch row
     positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache(config=model.config)
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, past_key_values=cache,
-                use_cache=True, logits_to_keep=1)
+    next_logits = _prefill(model, cache, input_ids, attention_mask, positions)
     next_position = positions[:, -1:] + 1
     for step in range(max_new_tokens):
-        logits = out.logits[:, -1, :].float()
+        logits = next_logits.float()
         tokens = logits.argmax(-1) if warpers is None else sample_from_logits(warpers(None, logits))
         for row, token in zip(live.tolist(), tokens.tolist()):
             responses[row].append(token)
+        if scores:  # of the raw logits at the rollout temperature, as the training forward computes them
+            logp, entropy = token_logp_entropy(logits, tokens, temperature)
+            for row, lp, ent in zip(live.tolist(), logp.tolist(), entropy.tolist()):
+                if recorded[row].logp is not None:
+                    recorded[row].logp.append(lp)
+                if recorded[row].entropy is not None:
+                    recorded[row].entropy.append(ent)
         running = ~torch.isin(tokens, eos)
-        if step == max_new_tokens - 1 or not bool(running.any()):
+        last_step = step == max_new_tokens - 1 or not bool(running.any())
+        if want_hidden:
+            # Every row's new token goes through the model, the finished rows' too: the hidden state after a
+            # row's last token is what "hidden" records. Finished rows leave the batch after this forward.
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones(attention_mask.shape[0], 1)], dim=-1)
+            out = model(input_ids=tokens[:, None], attention_mask=attention_mask, position_ids=next_position,
+                        past_key_values=cache, use_cache=True, output_hidden_states=True)
+            final = out.hidden_states[-1][:, -1]  # after the final norm (HF convention), as entropy_and_last_hidden
+            for j in (range(len(live)) if last_step else (~running).nonzero().squeeze(-1).tolist()):
+                recorded[int(live[j])].hidden = final[j].float().cpu()
+            if last_step:
+                break
+            if not bool(running.all()):
+                keep = running.nonzero().squeeze(-1)
+                cache.reorder_cache(keep)
+                live, attention_mask, next_position = live[keep], attention_mask[keep], next_position[keep]
+                next_logits = out.logits[keep, -1, :]
+            else:
+                next_logits = out.logits[:, -1, :]
+            next_position = next_position + 1
+            continue
+        if last_step:
             break
         if not bool(running.all()):  # drop finished rows from the batch and from every layer's cache
             keep = running.nonzero().squeeze(-1)
@@ -84,5 +152,6 @@ def sample_batch(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, m
         attention_mask = torch.cat([attention_mask, attention_mask.new_ones(attention_mask.shape[0], 1)], dim=-1)
         out = model(input_ids=tokens[:, None], attention_mask=attention_mask, position_ids=next_position,
                     past_key_values=cache, use_cache=True)
+        next_logits = out.logits[:, -1, :]
         next_position = next_position + 1
-    return responses
+    return responses, (recorded if signals else None)

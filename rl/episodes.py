@@ -13,6 +13,7 @@ import torch
 
 from rl import dist
 from rl.env_contract import ContractCheckedStep, check_reset, numeric_step_values
+from rl.sampling_signals import layout_signals
 from rl.tokens import encode_prompts
 from rl.types import Rollout
 
@@ -40,13 +41,15 @@ def any_live(sampler, live: list) -> bool:
 
 
 @torch.no_grad()
-def run_episodes(sampler, tokenizer, envs: list, samples: list, group_ids: torch.Tensor, step_fn, args, timings):
+def run_episodes(sampler, tokenizer, envs: list, samples: list, group_ids: torch.Tensor, step_fn, args, timings,
+                 signals=frozenset()):
     """Play N episodes (one env instance each) and lay them out for training.
 
     Args:
         sampler: generates every turn (rl/samplers.py; `make_sampler(args, model, tokenizer)`).
         envs: N fresh env instances; samples: N dataset rows; group_ids: Tensor[N] (same id = same prompt).
         step_fn: step_fn(env, text) -> StepResult, the guarded env.step (failures come back as done, score 0).
+        signals: what the sampler records for later stages (rl/sampling_signals.py), laid out as batch.signals.
     Returns:
         Rollout with turn_scores Tensor[N, T] (NaN after a trajectory stopped), turn_ids Tensor[N, R]
         (turn index of each model token, -1 on feedback and padding) and env_values (per trajectory, per turn: the
@@ -65,6 +68,7 @@ def run_episodes(sampler, tokenizer, envs: list, samples: list, group_ids: torch
     prompts = [prompt_ids[i][prompt_mask[i].bool()].tolist() for i in range(n)]
     segments = [[] for _ in range(n)]                 # (token list, turn index or -1 for feedback)
     sampler_logps = [[] for _ in range(n)]            # per segment: the sampler's log-probs (vLLM), else None
+    turn_signals = [[] for _ in range(n)]             # per segment: rl.sampling_signals.TurnSignals, else None
     # The template text of each trajectory so far: feedback tokens are the template's continuation of it.
     rendered = [tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in conversations]
     eos_text = {t: tokenizer.decode([t]) for t in eos}
@@ -77,7 +81,7 @@ def run_episodes(sampler, tokenizer, envs: list, samples: list, group_ids: torch
         if not any_live(sampler, live):
             break
         contexts = [prompts[i] + [t for seg, _ in segments[i] for t in seg] for i in live]
-        outputs, logps = sampler.generate(contexts, timings)
+        outputs, logps, recorded = sampler.generate_with_signals(contexts, timings, signals)
         texts = [tokenizer.decode([t for t in tokens if t not in eos]) for tokens in outputs]
         t0 = time.perf_counter()
         with ThreadPoolExecutor(max_workers=max(1, getattr(args, "code_workers", 1))) as pool:
@@ -89,6 +93,7 @@ def run_episodes(sampler, tokenizer, envs: list, samples: list, group_ids: torch
         for j, (i, tokens, text, result) in enumerate(zip(live, outputs, texts, results)):
             segments[i].append((tokens, turn))
             sampler_logps[i].append(logps[j] if logps is not None else None)
+            turn_signals[i].append(recorded[j] if recorded is not None else None)
             completions[i] = text
             turn_scores[i, turn] = result.score
             env_values[i].append(numeric_step_values(result))
@@ -100,6 +105,7 @@ def run_episodes(sampler, tokenizer, envs: list, samples: list, group_ids: torch
             feedback, rendered[i] = _feedback(tokenizer, conversations[i], rendered[i])
             segments[i].append((feedback, -1))
             sampler_logps[i].append(None)
+            turn_signals[i].append(None)
             still_live.append(i)
         live = still_live
     for env in envs:
@@ -107,6 +113,8 @@ def run_episodes(sampler, tokenizer, envs: list, samples: list, group_ids: torch
     timings["reward"] = timings.get("reward", 0.0) + reward_time
     batch = _layout(tokenizer, prompts, segments, turn_scores, completions, samples, group_ids, sampler.device)
     batch.rollout_logp = _sampler_logp_layout(segments, sampler_logps, batch.response_mask.shape[1], sampler.device)
+    if signals:
+        batch.signals = layout_signals(segments, turn_signals, batch.response_mask.shape[1], sampler.device)
     batch.prompts, batch.envs, batch.conversations = first_user_messages, envs, conversations
     batch.env_values = env_values
     return batch

@@ -8,6 +8,9 @@ episode driver (rl/episodes.py), TCPO's counterfactuals (rl/counterfactual.py), 
 - VLLMSampler (--rollout_backend vllm): a colocated vLLM engine (rl/rollout_vllm.py) fed the actor's weights; the
   only one that also returns the sampler's own log-probs (for TIS and the mismatch metrics).
 
+`generate_with_signals` also returns what the decode loop recorded per drawn token (rl/sampling_signals.py: log-probs,
+entropy, the last hidden state) for TCPO's surprisal and MAESTRO's `ent`; the other samplers record none.
+
 The interface takes token lists, not a padded batch: a multi-turn context is a list of tokens growing turn by
 turn, vLLM consumes lists, and padding is a detail of the HF samplers.
 """
@@ -15,7 +18,7 @@ import time
 from dataclasses import dataclass
 
 from rl import dist
-from rl.decode import sample_batch
+from rl.decode import sample_batch_with_signals
 from rl.engine import generation_model, hybrid_engine_active, hybrid_engine_inference
 from rl.tokens import eos_ids, left_pad, response_mask_from_ids
 
@@ -65,6 +68,12 @@ class Sampler:
         """
         raise NotImplementedError
 
+    def generate_with_signals(self, contexts: list, timings: dict, signals=frozenset()) -> tuple:
+        """`generate`, also returning B rl.sampling_signals.TurnSignals (`signals` of "logp", "entropy", "hidden"),
+        or None where this sampler records none (then a consumer does its own forward): (tokens, logps, signals)."""
+        tokens, logps = self.generate(contexts, timings)
+        return tokens, logps, None
+
     def sync_weights(self) -> None:
         """Bring the sampler's weights up to the actor's (a no-op where the sampler is the actor itself)."""
 
@@ -81,10 +90,14 @@ class _ActorSampler(Sampler):
     def generation_context(self):
         return generation_model(self.engine)
 
-    def decode(self, model, ids, mask) -> list:
+    def decode(self, model, ids, mask, signals=frozenset()) -> tuple:
+        """(B token lists, B TurnSignals or None)."""
         raise NotImplementedError
 
     def generate(self, contexts: list, timings: dict) -> tuple:
+        return self.generate_with_signals(contexts, timings)[:2]
+
+    def generate_with_signals(self, contexts: list, timings: dict, signals=frozenset()) -> tuple:
         idle = not contexts
         if idle:
             if not self.lockstep:
@@ -98,28 +111,28 @@ class _ActorSampler(Sampler):
             t1 = time.perf_counter()
             was_training = model.training
             model.eval()
-            responses = self.decode(model, ids, mask)
+            responses, recorded = self.decode(model, ids, mask, signals)
             model.train(was_training)
             t2 = time.perf_counter()
         timings["gather"] = timings.get("gather", 0.0) + (t1 - t0) + (time.perf_counter() - t2)
         timings["generate"] = timings.get("generate", 0.0) + (t2 - t1)
-        return ([] if idle else responses), None
+        return ([] if idle else responses), None, ([] if idle and recorded is not None else recorded)
 
 
 class DecodeLoopSampler(_ActorSampler):
     """rl/decode.py: finished rows leave the batch, inverse-CDF sampling with HF's warpers."""
 
-    def decode(self, model, ids, mask) -> list:
+    def decode(self, model, ids, mask, signals=frozenset()) -> tuple:
         s = self.settings
         # temperature 0 = greedy (evaluation); training always samples (--temperature > 0 is enforced)
-        return sample_batch(model, ids, mask, s.max_new_tokens, self.eos_ids, s.temperature, top_k=s.top_k or None,
-                            top_p=s.top_p)
+        return sample_batch_with_signals(model, ids, mask, s.max_new_tokens, self.eos_ids, s.temperature,
+                                         top_k=s.top_k or None, top_p=s.top_p, signals=signals)
 
 
 class HFGenerateSampler(_ActorSampler):
     """transformers' `generate` with a KV cache; under lockstep HF's synced_gpus loop keeps the ranks together."""
 
-    def decode(self, model, ids, mask) -> list:
+    def decode(self, model, ids, mask, signals=frozenset()) -> tuple:
         s = self.settings
         sampling = dict(do_sample=True, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k or None) \
             if s.temperature > 0 else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
@@ -128,7 +141,7 @@ class HFGenerateSampler(_ActorSampler):
                                    synced_gpus=self.lockstep, **sampling)
         new = sequences[:, ids.shape[1]:]
         keep = response_mask_from_ids(new, self.eos_ids).sum(-1).long().tolist()
-        return [new[i, :keep[i]].tolist() for i in range(len(ids))]
+        return [new[i, :keep[i]].tolist() for i in range(len(ids))], None  # no signals: consumers do a forward
 
 
 class HybridEngineSampler(HFGenerateSampler):

@@ -82,6 +82,11 @@ class Scorer:
         if self.policy_names:
             self.policy_rewards = PolicyRewards(self.policy_names, self.settings.policy, actor, tokenizer)
 
+    def sampling_signals(self) -> frozenset:
+        """What the sampling pass records for the in-process rewards (rl/sampling_signals.py): `ent` and the
+        Conductor's hidden state come from the sampling pass where the sampler records them."""
+        return self.policy_rewards.sampling_signals if self.policy_rewards else frozenset()
+
     def new_env(self):
         """One episode's env, with the run's settings as arguments: the episode end (rl/episode_end.py) and the
         env's own flags (Env.settings_from_args; AppWorld's --appworld_*)."""

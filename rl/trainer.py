@@ -76,6 +76,8 @@ class Trainer:
         self.method = build_method(args.algo, args, StepContext(
             actor=self.actor, tokenizer=self.tokenizer, reference=self.reference, sampler=self.sampler,
             score_alternative=self.scorer.score_alternative, rank=self.rank, world=self.world))
+        # what the sampling pass records so that TCPO's surprisal and `ent` need no forward (rl/sampling_signals.py)
+        self.sampling_signals = self.method.sampling_signals() | self.scorer.sampling_signals()
         self.step = 0
         self.guard = StepGuard(args.max_bad_steps, args.actor_zero_stage, checkpoint_root(self.output.output_dir))
         self.stop_signal = None
@@ -112,7 +114,7 @@ class Trainer:
         samples = [row for row in rows for _ in range(g)]
         envs = [self.scorer.new_env() for _ in samples]
         return run_episodes(self.sampler, self.tokenizer, envs, samples, torch.tensor(ids).repeat_interleave(g),
-                            self.scorer.safe_step, a, timings)
+                            self.scorer.safe_step, a, timings, signals=self.sampling_signals)
 
     def score(self, batch, timings):
         t0 = time.perf_counter()

@@ -72,3 +72,23 @@ def test_both_decode_loops_give_the_same_greedy_turns_through_their_samplers():
         out[loop] = make_sampler(args, model, tokenizer).generate(contexts, timings={})[0]
     assert out["credo"] == out["hf_generate"]
     assert all(len(r) <= 10 for r in out["credo"])
+
+
+def test_identical_contexts_are_prefilled_once_and_decode_as_if_apart():
+    """A prompt's G copies go through the prefill as one row, their cache rows copied: each copy then decodes
+    exactly as that context alone (greedy), and the first forward saw only the distinct contexts."""
+    model = _lively_llama()
+    a, b = [5, 6, 7, 8], [9, 10]
+    ids, mask = left_pad([a, b, a, a, b], 0, "cpu")
+    batch_rows = []
+    handle = model.register_forward_pre_hook(lambda m, args, kw: batch_rows.append(kw["input_ids"].shape[0]),
+                                             with_kwargs=True)
+    try:
+        responses = sample_batch(model, ids, mask, 10, [63], temperature=0.0)
+    finally:
+        handle.remove()
+    assert batch_rows[0] == 2
+    for context, got in ((a, responses[0]), (b, responses[1])):
+        alone_ids, alone_mask = left_pad([context], 0, "cpu")
+        assert got == sample_batch(model, alone_ids, alone_mask, 10, [63], temperature=0.0)[0]
+    assert responses[2] == responses[3] == responses[0] and responses[4] == responses[1]

@@ -62,6 +62,11 @@ class Method:
         self.ctx = ctx
         self.config = section(self.Config, args) if self.Config is not None else None
 
+    def sampling_signals(self) -> frozenset:
+        """What the sampling pass records for this method's hooks instead of a forward of their own
+        (rl/sampling_signals.py: "logp", "entropy", "hidden"); none by default."""
+        return frozenset()
+
     def after_score(self, batch: Rollout, timings: dict) -> dict:
         """May put method data in batch.extras (the same keys on every rank). Returns metrics."""
         return {}

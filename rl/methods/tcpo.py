@@ -57,6 +57,11 @@ class TCPO(Method):
         if args.tcpo_cf_samples < 2 and args.tcpo_cf_budget > 0:
             bad("--tcpo_cf_samples must be >= 2 (a counterfactual needs alternatives that can differ)")
 
+    def sampling_signals(self):
+        """The turn surprisal of --tcpo_cf_select topl comes from the sampled tokens' log-probs."""
+        wanted = self.args.tcpo_cf_budget > 0 and self.args.tcpo_cf_select == "topl"
+        return frozenset({"logp"}) if wanted else frozenset()
+
     def after_score(self, batch, timings):
         """Fixed-history counterfactuals for the most surprising non-improving turns, as batch.extras
         ["counterfactual"] Tensor[n, T] (NaN = none)."""
