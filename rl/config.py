@@ -104,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     from rl.validation import add_validation_flags
     add_lora_flags(p)
     add_validation_flags(p)
+    from rl.dapo_flags import add_dapo_flags
+    add_dapo_flags(p)
 
     g = p.add_argument_group("optimisation")
     g.add_argument("--actor_learning_rate", type=float, default=2e-5, help="AdamW learning rate")
@@ -322,6 +324,8 @@ def validate(args) -> None:
     from rl.validation import validate_validation
     validate_lora(args, bad)
     validate_validation(args, env_cls, bad)
+    from rl.dapo_flags import validate_dapo
+    validate_dapo(args, method, bad)
     validate_rollout_backend(args, bad)
 
 

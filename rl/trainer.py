@@ -14,9 +14,11 @@ from rl import dist
 from rl.methods import StepContext, build_method, method_class
 from rl.checkpoint import checkpoint_root, export_hf, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from rl.data import DataSettings, PromptStream, training_rows
+from rl.dynamic_sampling import FilterGroupsExhausted, FilterSettings, collect_groups
 from rl.completions import completion_records
 from rl.engine import EngineSettings, build_actor, build_reference, set_cpu_threads
 from rl.env_metrics import env_metrics
+from rl.length_shaping import LengthSettings, mask_truncated, punish_overlong, shaping_metrics
 from rl.metrics import MetricsLogger
 from rl.models import load_tokenizer
 from rl.episodes import run_episodes
@@ -78,6 +80,9 @@ class Trainer:
             score_alternative=self.scorer.score_alternative, rank=self.rank, world=self.world))
         # what the sampling pass records so that TCPO's surprisal and `ent` need no forward (rl/sampling_signals.py)
         self.sampling_signals = self.method.sampling_signals() | self.scorer.sampling_signals()
+        # DAPO (rl/dapo_flags.py): dynamic sampling rounds, the overlong punishment, the truncated-completion mask
+        self.filter = FilterSettings.from_args(args, per_component=method_class(args.algo).min_rewards > 1)
+        self.lengths = LengthSettings.from_args(args)
         self.step = 0
         self.guard = StepGuard(args.max_bad_steps, args.actor_zero_stage, checkpoint_root(self.output.output_dir))
         self.stop_signal = None
@@ -121,7 +126,15 @@ class Trainer:
         batch = self.scorer.score(batch, self.step + 1, scalarize=self.method.scalarize, timings=timings)
         timings["reward"] = timings.get("reward", 0.0) + time.perf_counter() - t0
         self.scorer.check_failures(self.step + 1)
-        return batch
+        return punish_overlong(batch, self.lengths)  # --overlong_buffer_len (0 = off)
+
+    def scored_rollout(self, timings):
+        """One round of prompts, rolled out and scored; with --filter_groups, rounds until every rank's groups
+        all have spread (rl/dynamic_sampling.py)."""
+        if not self.filter.filter_groups:
+            return self.score(self.rollout(timings), timings), {}
+        return collect_groups(lambda: self.score(self.rollout(timings), timings), self.filter,
+                              self.args.per_device_generation_batch_size, self.tokenizer.pad_token_id)
 
     def advantages(self, batch, timings):
         """Batch-global advantages: every rank's scores are gathered, so group and batch statistics are exact
@@ -161,11 +174,11 @@ class Trainer:
     def train_step(self) -> dict:
         timings = {}
         t0 = time.perf_counter()
-        batch = self.rollout(timings)
-        batch = self.score(batch, timings)
-        hook_metrics = self.method.after_score(batch, timings)
+        batch, hook_metrics = self.scored_rollout(timings)
+        hook_metrics.update(self.method.after_score(batch, timings))
         batch, inputs, method_metrics = self.advantages(batch, timings)
         method_metrics.update(hook_metrics)
+        method_metrics.update(shaping_metrics(batch, inputs, self.lengths, self.sampler.eos_ids))
         metrics = self.scorer.metrics(inputs)
         if inputs.turn_scores.shape[1] > 1:  # preservation/regression rates, best- and final-turn success
             metrics.update(refinement_metrics(inputs.turn_scores))
@@ -175,7 +188,7 @@ class Trainer:
         metrics["advantage/mean"], metrics["advantage/std"] = self._global_mean_std(batch.advantages)
         metrics.update(env_metrics(batch.env_values))  # env/<component>/mean, env/info/<key>/mean
         self.completion_samples = completion_records(batch, self.args.log_completions) if self.rank == 0 else []
-        metrics.update(self.train_on(batch, timings))
+        metrics.update(self.train_on(mask_truncated(batch, self.lengths, self.sampler.eos_ids), timings))
         timings["step"] = time.perf_counter() - t0
         slowest = dist.all_reduce(torch.tensor([timings[k] for k in sorted(timings)], dtype=torch.float64), op="max")
         for i, k in enumerate(sorted(timings)):
@@ -227,7 +240,7 @@ class Trainer:
             step_start = (self.trainer_state(), rng_state())
             try:
                 metrics = self.train_step()
-            except RewardFailure:
+            except (RewardFailure, FilterGroupsExhausted):
                 # Save the state from before this step (no update was made): resuming retries the same batch.
                 self._restore_step_start(*step_start)
                 self.save()

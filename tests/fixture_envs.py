@@ -74,3 +74,16 @@ class FirstTurnSolvedEnv(ArithEnv):
 
     def score_turn(self, model_text):
         return 1.0 if self.turn == 0 or len(model_text) % 2 == 0 else 0.0
+
+
+class HalfSilentEnv(ArithEnv):
+    """DigitFractionEnv's dense score on prompts whose answer is even, 0 on every response to the others: about half
+    the groups have no reward spread (dynamic sampling's test)."""
+
+    @classmethod
+    def make_verifier(cls, **kwargs):
+        def score(prompt, text, sample):
+            if int(sample["answer"]) % 2:
+                return 0.0
+            return sum(c.isdigit() for c in text) / max(len(text), 1)
+        return score
