@@ -12,6 +12,7 @@ from rl.checkpoint import ResumePoint, checkpoint_root, resolve_resume
 from rl.errors import TrainingAborted
 from rl.run_config import (RunMismatch, acquire_output_lock, default_output_dir, flag_differences, method_flags,
                            plain_flags, read_run_config, resolved_config, write_run_config)
+from rl.shared_output import check_output_dir_shared
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +71,7 @@ def start_run(args, steps: int, defaults: dict) -> RunStart:
         if dist.rank() == 0:
             raise outcome
         raise _OtherRankFailed(1)
+    check_output_dir_shared(args.output_dir)  # a node-local folder: refused now, not at the first save
     return outcome
 
 

@@ -9,7 +9,8 @@
 #   Any setting below can be overridden from the environment (LR=2e-6 MAX_STEPS=50 ...); extra flags go last and
 #   therefore win over the ones written here.
 #
-# None of these launchers has been run by us: this repository's machines have no GPU (see README, "GPU").
+# None of these launchers has been run by us on a GPU: this repository's machines have none (see README, "GPU").
+# multi_node.sh's per-node launch has run on CPU: its --cpu_dry_run, tests/test_multi_node.py.
 
 credo_usage() {
   echo "usage: bash $0 METHOD MODEL [extra train.py flags]" >&2
@@ -36,6 +37,7 @@ credo_configure() {
     *) echo "unknown MODEL '$model'" >&2; credo_usage; return 2 ;;
   esac
   MAX_PROMPT=${MAX_PROMPT:-1024}
+  DTYPE=${DTYPE:-bf16}                     # multi_node.sh --cpu_dry_run: fp32
 
   # --- deployment: ranks, ZeRO, offload, vLLM memory share ------------------------------------------------------
   case "$deployment" in
@@ -119,7 +121,7 @@ credo_configure() {
     "${method_args[@]}"
     --env math --data_path "$DATA" --prompt_key problem --answer_key answer
     --model_name_or_path "$MODEL_PATH"
-    --dtype bf16
+    --dtype "$DTYPE"
     --actor_zero_stage "$ZERO_STAGE"
     --per_device_generation_batch_size "$PROMPTS_PER_RANK"
     --num_generations "$NUM_GENERATIONS"
@@ -147,7 +149,7 @@ credo_configure() {
 }
 
 # credo_launch LAUNCHER_ARGS... -- EXTRA_TRAIN_ARGS...: run (or, with DRY_RUN=1, print) the deepspeed command,
-# logging to $OUTPUT/training.log.
+# logging to $OUTPUT/training.log (or $OUTPUT/$TRAINING_LOG: one per node when each node runs its own launcher).
 credo_launch() {
   local launcher=()
   while [ $# -gt 0 ] && [ "$1" != "--" ]; do launcher+=("$1"); shift; done
@@ -163,7 +165,8 @@ credo_launch() {
     return 1
   fi
   mkdir -p "$OUTPUT"
-  echo "+ ${cmd[*]}" | tee "$OUTPUT/training.log"
-  "${cmd[@]}" 2>&1 | tee -a "$OUTPUT/training.log"
+  local log="$OUTPUT/${TRAINING_LOG:-training.log}"
+  echo "+ ${cmd[*]}" | tee "$log"
+  "${cmd[@]}" 2>&1 | tee -a "$log"
   return "${PIPESTATUS[0]}"
 }
