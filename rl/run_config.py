@@ -37,6 +37,8 @@ HARMLESS_FLAGS = frozenset({
     "rollout_backend", "decode_loop", "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size", "vllm_sleep_level",
     "code_workers", "skip_bad_rows", "max_reward_error_rate", "max_bad_steps",
     "gradient_checkpointing", "eval_steps", "eval_limit", "eval_data_path", "eval_data_split",
+    "eval_before_train", "eval_n", "eval_temperature", "save_best_metric",
+    "report_to", "wandb_project", "wandb_run_name",
 })
 
 
