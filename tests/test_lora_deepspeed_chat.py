@@ -88,8 +88,9 @@ def test_with_only_optimize_lora_a_step_changes_the_adapters_and_no_base_weight(
     assert all(change[n] > 0 for n in change if ".lora_B." in n)
     assert all(change[n] == 0 for n in change if not is_lora_param(n))
     assert isinstance(reference, AdaptersOffReference)  # the frozen base is the actor with its adapters off
-    # without --actor_lora_learning_rate the adapters' own group has the actor's learning rate
-    assert [g["lr"] for g in actor.optimizer.param_groups] == [1e-2, 1e-2, 1e-2]
+    # without --actor_lora_learning_rate the adapters' group has the actor's learning rate (ZeRO drops the two empty
+    # groups of the frozen base weights)
+    assert [g["lr"] for g in actor.optimizer.param_groups] == [1e-2]
 
 
 @pytest.mark.slow
@@ -121,8 +122,8 @@ def test_the_lora_learning_rate_is_the_adapters_own_param_group(tiny_model_dir, 
     # base weights at lr 1e-12, adapters at 1e-2: Adam's first step moves each weight by about its group's lr
     _, actor, _, before, after = trained(tiny_model_dir, "--lora_r", "4", "--no_only_optimize_lora",
                                          "--actor_learning_rate", "1e-12", "--actor_lora_learning_rate", "1e-2")
-    assert [g["lr"] for g in actor.optimizer.param_groups] == [1e-12, 1e-12, 1e-2]
-    assert actor.get_lr() == [1e-12, 1e-12, 1e-2]
+    lrs = [g["lr"] for g in actor.optimizer.param_groups]  # the base weights' group(s), then the adapters'
+    assert lrs[-1] == 1e-2 and set(lrs[:-1]) == {1e-12} and actor.get_lr() == lrs
     change = moved(before, after)
     assert max(change[n] for n in change if not is_lora_param(n)) < 1e-10
     assert min(change[n] for n in change if ".lora_B." in n) > 1e-3
