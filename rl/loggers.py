@@ -13,6 +13,7 @@ on rank 0 only (the other ranks build none).
 import json
 import math
 import os
+import uuid
 from dataclasses import dataclass, field
 
 from rl.metrics import read_metrics, to_json_line
@@ -137,7 +138,7 @@ class WandbLogger:
         if start_step > 0 and os.path.exists(id_path):  # a resumed run continues its W&B run
             with open(id_path) as f:
                 run_id = f.read().strip() or None
-        run_id = run_id or wandb.util.generate_id()
+        run_id = run_id or uuid.uuid4().hex[:8]  # W&B's own id form: 8 lowercase letters and digits
         with open(id_path, "w") as f:
             f.write(run_id + "\n")
         try:
