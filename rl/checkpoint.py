@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from rl import dist
-from rl.lora import is_lora, merged_state_dict, save_adapter
+from rl.lora import base_is_frozen, is_lora, merged_state_dict, save_adapter
 from rl.manifest import (CheckpointError, checkpoint_files, file_entries, fsync_dir, read_manifest,
                          verify_checkpoint, write_manifest)
 
@@ -367,7 +367,9 @@ def export_hf(engine, tokenizer, out_dir: str):
         shutil.rmtree(tmp, ignore_errors=True)
         model = engine.module.get_base_model() if lora else engine.module
         model.save_pretrained(tmp, state_dict=merged, safe_serialization=True)
-        if lora:  # LoRA: the merged model loads anywhere (eval.py, vLLM); the adapter alone is kept beside it
+        # LoRA: the merged model loads anywhere (eval.py, vLLM); the adapter alone is kept beside it when it applies
+        # to the untouched base (not with --no_only_optimize_lora, where the base weights trained too)
+        if lora and base_is_frozen(engine.module):
             save_adapter(engine.module, state, os.path.join(tmp, "adapter"))
         tokenizer.save_pretrained(tmp)
         shutil.rmtree(out_dir, ignore_errors=True)

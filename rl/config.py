@@ -100,12 +100,14 @@ def build_parser() -> argparse.ArgumentParser:
     from envs.appworld.flags import add_appworld_flags
     add_appworld_flags(p)
 
+    from rl.loggers import add_logger_flags
     from rl.lora import add_lora_flags
     from rl.validation import add_validation_flags
     add_lora_flags(p)
     add_validation_flags(p)
     from rl.dapo_flags import add_dapo_flags
     add_dapo_flags(p)
+    add_logger_flags(p)
 
     g = p.add_argument_group("optimisation")
     g.add_argument("--actor_learning_rate", type=float, default=2e-5, help="AdamW learning rate")
@@ -188,7 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "SmolLM2-135M, a third of a full save) to "
                         "OUTPUT_DIR/hf/step_N every N steps, for evaluation between full checkpoints; all are kept "
                         "(0 = off)")
-    g.add_argument("--enable_tensorboard", action="store_true", help="write TensorBoard events")
+    g.add_argument("--enable_tensorboard", action="store_true",
+                   help="write TensorBoard events (DeepSpeed-Chat's flag: adds tensorboard to --report_to); off")
     g.add_argument("--tensorboard_path", default=None, help="TensorBoard folder; default OUTPUT_DIR/tensorboard")
     g.add_argument("--enable_test_mode", action="store_true", help="stop after --test_stop_step steps (smoke tests)")
     g.add_argument("--test_stop_step", type=int, default=3, help="steps run under --enable_test_mode")
@@ -312,8 +315,8 @@ def validate(args) -> None:
     if is_local_model_path(args.model_name_or_path) and not os.path.exists(args.model_name_or_path):
         hint = " (run `bash scripts/setup.sh` to convert the default model)" if args.model_name_or_path == DEFAULT_MODEL_DIR else ""
         bad(f"--model_name_or_path {args.model_name_or_path} does not exist{hint}")
-    if args.tensorboard_path is not None and not args.enable_tensorboard:
-        bad("--tensorboard_path is set but TensorBoard is off: add --enable_tensorboard")
+    from rl.loggers import validate_loggers
+    validate_loggers(args, bad)  # --report_to, --tensorboard_path
     if args.tensorboard_path is None and args.output_dir is not None:  # else set with the default output dir
         args.tensorboard_path = os.path.join(args.output_dir, "tensorboard")
     from rl.zero_config import resolve_zero_stage

@@ -16,7 +16,7 @@ from deepspeed.accelerator import get_accelerator
 from deepspeed.runtime.hybrid_engine import DeepSpeedHybridEngine
 
 from rl.actor_model import prepare_actor_model
-from rl.lora import AdaptersOffReference, LoraSettings
+from rl.lora import AdaptersOffReference, LoraSettings, lora_param_group
 from rl.zero_config import zero3_parameter_knobs
 
 logger = logging.getLogger(__name__)
@@ -205,7 +205,8 @@ def build_actor(settings: EngineSettings, world_size: int, num_training_steps: i
                              num_training_steps=num_training_steps * settings.ppo_epochs)
 
     engine, *_ = deepspeed.initialize(model=model, config=cfg, lr_scheduler=scheduler,
-                                      model_parameters=_param_groups(model, settings.weight_decay))
+                                      model_parameters=lora_param_group(_param_groups(model, settings.weight_decay),
+                                                                        model, settings.lora, settings.weight_decay))
     _keep_zero3_config(engine, hf_ds_config)
     return engine
 
@@ -227,10 +228,10 @@ def hybrid_engine_refusal(config):
 
 def build_reference(settings: EngineSettings, world_size: int, actor=None):
     """The frozen reference, partitioned like the actor. None when nothing uses it (beta = 0 and no MAESTRO KL in
-    the reward). With --lora_r, the actor with its adapters disabled (rl/lora.py): no second copy."""
+    the reward). With --lora_r (and the base frozen), the actor with its adapters disabled (rl/lora.py): no copy."""
     if not settings.uses_reference:
         return None
-    if settings.lora.r:
+    if settings.lora.reference_is_base:
         return AdaptersOffReference(actor)
     dtype = resolve_dtype(settings.dtype)
     cfg = ds_config(settings, world_size, dtype, train=False)

@@ -1,9 +1,12 @@
 """LoRA through peft: the flags, wrapping the actor before DeepSpeed, the adapter-free reference, the merged export.
 
 Names follow TRL's ModelConfig and OpenRLHF (`lora_r`, `lora_alpha`, `lora_dropout`, `lora_target_modules`); 0 = off.
+DeepSpeed-Chat's names are aliases of the same flags (`--actor_lora_dim`, `--actor_lora_module_name`), and its
+`--only_optimize_lora` / `--actor_lora_learning_rate` are here too (see add_lora_flags for the defaults).
 As in TRL's GRPOTrainer, the frozen reference of a LoRA run is the actor itself with its adapters switched off
 (`PeftModel.disable_adapter`): no second copy of the base weights, at any ZeRO stage (the base weights are frozen
-and partitioned with the actor's; only the adapters have gradients and Adam state).
+and partitioned with the actor's; only the adapters have gradients and Adam state). With --no_only_optimize_lora
+the base weights train too, so the reference is a frozen copy of the initial model, as without LoRA.
 """
 from dataclasses import dataclass
 
@@ -14,21 +17,40 @@ LORA_DEFAULT_TARGETS = "all-linear"  # peft's keyword: every nn.Linear but the o
 
 def add_lora_flags(p):
     g = p.add_argument_group("LoRA (peft adapters on the actor; the reference is the base with adapters off)")
-    g.add_argument("--lora_r", type=int, default=0,
-                   help="LoRA rank (TRL/OpenRLHF's lora_r); 0 = off, full fine-tuning")
-    g.add_argument("--lora_alpha", type=float, default=16.0,
+    g.add_argument("--lora_r", "--actor_lora_dim", type=int, default=0,
+                   help="LoRA rank (TRL/OpenRLHF's lora_r, DeepSpeed-Chat's actor_lora_dim); 0 = off, full fine-tuning")
+    g.add_argument("--lora_alpha", "--actor_lora_alpha", type=float, default=16.0,
                    help="LoRA scaling numerator: the update is (alpha / r) B A (OpenRLHF's default 16)")
     g.add_argument("--lora_dropout", type=float, default=0.0, help="dropout on the LoRA input (OpenRLHF's default 0)")
-    g.add_argument("--lora_target_modules", default=LORA_DEFAULT_TARGETS,
+    g.add_argument("--lora_target_modules", "--actor_lora_module_name", default=LORA_DEFAULT_TARGETS,
                    help="comma list of module names to adapt (e.g. q_proj,k_proj,v_proj,o_proj), or all-linear "
-                        "(peft: every linear layer but the output head)")
+                        "(peft: every linear layer but the output head); default all-linear. Names as peft matches "
+                        "them (a module name's last parts), not DeepSpeed-Chat's substring scope (decoder.layers.)")
+    # credo's reading: DeepSpeed-Chat's --only_optimize_lora is a store_true flag, off by default, so its LoRA runs
+    # train the base weights as well unless asked not to (its own launch scripts pass the flag). Here the default is
+    # on: peft, TRL, OpenRLHF and verl all train the adapters only, credo's LoRA did so before these flags existed,
+    # and only then is the LoRA memory saving real and the reference the actor with its adapters off.
+    g.add_argument("--only_optimize_lora", dest="only_optimize_lora", action="store_true", default=True,
+                   help="train the LoRA adapters only, base weights frozen (DeepSpeed-Chat's flag); the default")
+    g.add_argument("--no_only_optimize_lora", dest="only_optimize_lora", action="store_false",
+                   help="with --lora_r: train the base weights as well as the adapters (DeepSpeed-Chat without "
+                        "--only_optimize_lora); the reference is then a frozen copy of the initial model")
+    g.add_argument("--actor_lora_learning_rate", type=float, default=None,
+                   help="learning rate of the adapter weights, their own optimizer param group (DeepSpeed-Chat's "
+                        "flag; its default 5e-4); default: --actor_learning_rate")
 
 
 def validate_lora(args, bad):
     """Parse-time checks of the LoRA flags and of what cannot run with adapters."""
     if args.lora_r < 0:
         bad(f"--lora_r must be >= 0 (0 = off), got {args.lora_r}")
+    if args.actor_lora_learning_rate is not None and not args.actor_lora_learning_rate > 0:
+        bad(f"--actor_lora_learning_rate must be > 0, got {args.actor_lora_learning_rate}")
     if not args.lora_r:
+        for flag, unused in (("--actor_lora_learning_rate", args.actor_lora_learning_rate is not None),
+                             ("--no_only_optimize_lora", not args.only_optimize_lora)):
+            if unused:
+                bad(f"{flag} without --lora_r (or --actor_lora_dim) > 0: there are no adapters; add --lora_r R")
         return
     if args.lora_alpha <= 0:
         bad(f"--lora_alpha must be > 0, got {args.lora_alpha}")
@@ -63,11 +85,19 @@ class LoraSettings:
     alpha: float            # --lora_alpha
     dropout: float          # --lora_dropout
     target_modules: str     # --lora_target_modules, as given (comma list or all-linear)
+    only_optimize: bool = True     # --only_optimize_lora (False: the base weights train as well)
+    learning_rate: float = None    # --actor_lora_learning_rate; None: the actor's learning rate
 
     @classmethod
     def from_args(cls, args) -> "LoraSettings":
         return cls(r=args.lora_r, alpha=args.lora_alpha, dropout=args.lora_dropout,
-                   target_modules=args.lora_target_modules)
+                   target_modules=args.lora_target_modules, only_optimize=args.only_optimize_lora,
+                   learning_rate=args.actor_lora_learning_rate)
+
+    @property
+    def reference_is_base(self) -> bool:
+        """Whether the actor with its adapters off is the frozen initial model (only the adapters train)."""
+        return bool(self.r) and self.only_optimize
 
 
 def wrap_with_lora(model, settings: LoraSettings):
@@ -80,9 +110,37 @@ def wrap_with_lora(model, settings: LoraSettings):
     config = LoraConfig(r=settings.r, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
                         target_modules=lora_targets(settings.target_modules), bias="none", task_type="CAUSAL_LM")
     try:
-        return get_peft_model(model, config)
+        model = get_peft_model(model, config)
     except ValueError as exc:  # peft: "Target modules {...} not found in the base model"
         raise SystemExit(f"train.py: error: --lora_target_modules {settings.target_modules}: {exc}") from None
+    if not settings.only_optimize:  # DeepSpeed-Chat without --only_optimize_lora: everything trains
+        model.requires_grad_(True)
+    return model
+
+
+def base_is_frozen(module) -> bool:
+    """Whether only the adapters of this PeftModel train (--only_optimize_lora, the default)."""
+    return not any(p.requires_grad for n, p in module.named_parameters() if not is_lora_param(n))
+
+
+def is_lora_param(name: str) -> bool:
+    return ".lora_A." in name or ".lora_B." in name
+
+
+def lora_param_group(groups: list, model, settings: LoraSettings, weight_decay: float) -> list:
+    """The optimizer's param groups with the adapter weights moved into a group of their own, whose lr is
+    --actor_lora_learning_rate (DeepSpeed-Chat's get_optimizer_grouped_parameters; adapters get the weight decay
+    as there). Without LoRA the groups as given. The group exists in every LoRA run, whatever the lr, so a run's
+    optimizer state has the same groups as its checkpoints. Pure on the groups' lists."""
+    if not settings.r:
+        return groups
+    adapters = [p for n, p in model.named_parameters() if p.requires_grad and is_lora_param(n)]
+    ids = {id(p) for p in adapters}
+    rest = [{**g, "params": [p for p in g["params"] if id(p) not in ids]} for g in groups]
+    group = {"params": adapters, "weight_decay": weight_decay}
+    if settings.learning_rate is not None:
+        group["lr"] = settings.learning_rate
+    return rest + [group]
 
 
 def is_lora(module) -> bool:

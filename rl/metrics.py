@@ -1,5 +1,6 @@
-"""Step metrics to the console (one line), OUTPUT_DIR/metrics.jsonl (one object per step) and TensorBoard; a few
-completions per step to OUTPUT_DIR/completions.jsonl (and TensorBoard text).
+"""Step metrics to the console (one line) and the --report_to loggers (rl/loggers.py: OUTPUT_DIR/metrics.jsonl, one
+object per step, by default; TensorBoard; W&B); a few completions per step to OUTPUT_DIR/completions.jsonl (and
+TensorBoard text, a W&B table).
 
 Both JSONL files are strict JSON: a value that is not finite (a NaN mean over no responses, an infinite norm) is
 written as null, never as the bare NaN / Infinity that json.dumps emits by default and most parsers reject.
@@ -8,7 +9,6 @@ import json
 import math
 import os
 
-from rl.completions import markdown_table
 
 # Shown on the console line, in this order, when present.
 CONSOLE_KEYS = (("reward/mean", "reward"), ("success_rate", "success"), ("frac_zero_std_groups", "zero_std"),
@@ -20,47 +20,38 @@ CONSOLE_PREFIXES = (("dara/w/", "w"),)
 
 
 class MetricsLogger:
-    """Rank 0 writes; other ranks hold a disabled logger."""
+    """Rank 0 writes, to the --report_to loggers (rl/loggers.py); other ranks hold a disabled logger."""
 
-    def __init__(self, output_dir: str, enabled: bool, tensorboard_path: str = None, start_step: int = 0):
-        """start_step: the step a run starts after (0 for a fresh run, N when resumed from step N). Lines of
-        later steps, left by a run that died after its last checkpoint, are dropped so no step appears twice."""
+    def __init__(self, output_dir: str, enabled: bool, tensorboard_path: str = None, start_step: int = 0,
+                 report_to: tuple = None, wandb=None):
+        """start_step: the step a run starts after (0 for a fresh run, N when resumed from step N); the JSONL logger
+        drops lines of later steps, left by a run that died after its last checkpoint, so no step appears twice.
+        report_to: logger names (rl.loggers.report_backends); None: jsonl, and tensorboard when tensorboard_path is
+        given. wandb: rl.loggers.WandbSettings for the wandb logger."""
+        from rl.loggers import build_loggers
         self.enabled = enabled
         self.path = os.path.join(output_dir, "metrics.jsonl")
         self.completions_path = os.path.join(output_dir, "completions.jsonl")
-        self.tb = None
+        if report_to is None:
+            report_to = ("jsonl", "tensorboard") if tensorboard_path else ("jsonl",)
+        self.loggers = []
         if enabled:
             os.makedirs(output_dir, exist_ok=True)
-            for path in (self.path, self.completions_path):
-                if os.path.exists(path):
-                    kept = [r for r in read_metrics(path) if r["step"] <= start_step]
-                    with open(path, "w") as f:
-                        f.writelines(to_json_line(r) for r in kept)
-            if tensorboard_path:
-                from torch.utils.tensorboard import SummaryWriter
-                self.tb = SummaryWriter(tensorboard_path)
+            self.loggers = build_loggers(report_to, output_dir, start_step, tensorboard_path, wandb)
 
     def log(self, step: int, metrics: dict):
         if not self.enabled:
             return
         record = {"step": step, **{k: _plain(v) for k, v in sorted(metrics.items())}}
-        with open(self.path, "a") as f:
-            f.write(to_json_line(record))
-        if self.tb is not None:
-            for k, v in record.items():
-                if k != "step" and isinstance(v, (int, float)) and math.isfinite(v):
-                    self.tb.add_scalar(k, v, step)
-            self.tb.flush()
+        for logger in self.loggers:
+            logger.log(step, record)
 
     def log_completions(self, step: int, records: list):
         """One line per completion record (rl/completions.py), each with its step."""
         if not self.enabled or not records:
             return
-        with open(self.completions_path, "a") as f:
-            f.writelines(to_json_line({"step": step, **r}) for r in records)
-        if self.tb is not None:
-            self.tb.add_text("completions", markdown_table(records), step)
-            self.tb.flush()
+        for logger in self.loggers:
+            logger.log_completions(step, records)
 
     def console_line(self, step: int, metrics: dict) -> str:
         parts = [f"step {step}"]
@@ -75,8 +66,8 @@ class MetricsLogger:
         return " | ".join(parts)
 
     def close(self):
-        if self.tb is not None:
-            self.tb.close()
+        for logger in self.loggers:
+            logger.close()
 
 
 def _plain(v):

@@ -38,6 +38,8 @@ HARMLESS_FLAGS = frozenset({
     "code_workers", "skip_bad_rows", "max_reward_error_rate", "max_bad_steps",
     "gradient_checkpointing", "eval_steps", "eval_limit", "eval_data_path", "eval_data_split",
     "filter_groups_max_rounds",  # only whether a step may stop the run; raised to resume a run stopped at the cap
+    "eval_before_train", "eval_n", "eval_temperature", "save_best_metric",
+    "report_to", "wandb_project", "wandb_run_name",
 })
 
 

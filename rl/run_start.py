@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from rl import dist
 from rl.checkpoint import ResumePoint, checkpoint_root, resolve_resume
 from rl.errors import TrainingAborted
+from rl.loggers import WandbSettings, report_backends
 from rl.run_config import (RunMismatch, acquire_output_lock, default_output_dir, flag_differences, method_flags,
                            plain_flags, read_run_config, resolved_config, write_run_config)
 from rl.shared_output import check_output_dir_shared
@@ -37,15 +38,19 @@ class OutputSettings:
     save_total_limit: int        # complete checkpoints kept (0 = all)
     save_model_only_steps: int   # an HF export under hf/step_N every N steps (0 = off)
     final_export: bool           # not --no_final_export: the HF model in final/
-    tensorboard_path: str        # --tensorboard_path under --enable_tensorboard, else None
+    tensorboard_path: str        # --tensorboard_path with TensorBoard among the loggers, else None
+    report_to: tuple = ("jsonl",)  # the loggers (rl/loggers.py: --report_to, plus tensorboard for --enable_tensorboard)
+    wandb: WandbSettings = None  # the wandb logger's project, run name and config
 
     @classmethod
     def from_args(cls, args) -> "OutputSettings":
         if args.output_dir is None:
             raise ValueError("OutputSettings.from_args before start_run resolved --output_dir")
+        report_to = report_backends(args.report_to, args.enable_tensorboard)
         return cls(output_dir=args.output_dir, save_steps=args.save_steps, save_total_limit=args.save_total_limit,
                    save_model_only_steps=args.save_model_only_steps, final_export=not args.no_final_export,
-                   tensorboard_path=args.tensorboard_path if args.enable_tensorboard else None)
+                   tensorboard_path=args.tensorboard_path if "tensorboard" in report_to else None,
+                   report_to=report_to, wandb=WandbSettings.from_args(args) if "wandb" in report_to else None)
 
 
 def start_run(args, steps: int, defaults: dict) -> RunStart:

@@ -30,6 +30,7 @@ from rl.run_start import OutputSettings, parser_defaults, start_run
 from rl.step_guard import StepGuard
 from rl.update import LossSettings, no_grad_logprobs, ppo_update
 from rl.validation import PeriodicValidation
+from rl.best_checkpoint import BestCheckpoint
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +89,8 @@ class Trainer:
         self.stop_signal = None
         self._resume()
         self.metrics = MetricsLogger(self.output.output_dir, enabled=self.rank == 0, start_step=self.step,
-                                     tensorboard_path=self.output.tensorboard_path)
+                                     tensorboard_path=self.output.tensorboard_path, report_to=self.output.report_to,
+                                     wandb=self.output.wandb)  # --report_to: rank 0 only
 
     def _resume(self):
         if self.run.resume is None:
@@ -235,6 +237,11 @@ class Trainer:
             return
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         validation = PeriodicValidation(self.args, self.actor, self.tokenizer, self.steps)  # --eval_steps (0 = off)
+        best = BestCheckpoint(self.args.save_best_metric, out.output_dir, resumed=self.run.resume is not None)
+        initial = validation.before_train(self.step)  # --eval_before_train: the initial model, logged as step 0
+        if initial:
+            initial.update(best.consider(0, initial, self.actor, self.tokenizer))
+            self.metrics.log(0, initial)
         bar = tqdm(total=self.steps, initial=self.step, desc="train", disable=self.rank != 0, dynamic_ncols=True)
         while self.step < self.steps:
             step_start = (self.trainer_state(), rng_state())
@@ -247,6 +254,7 @@ class Trainer:
                 raise
             self.step += 1
             metrics.update(validation.after_step(self.step))
+            metrics.update(best.consider(self.step, metrics, self.actor, self.tokenizer))  # --save_best_metric
             self.metrics.log(self.step, metrics)
             self.metrics.log_completions(self.step, self.completion_samples)
             if self.rank == 0:

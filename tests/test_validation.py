@@ -52,6 +52,27 @@ def test_validation_metrics_are_eval_py_metrics_of_the_same_model(tiny_model_dir
         == nan_as_none(expected["metrics"])
 
 
+def test_sampled_validation_is_eval_py_at_the_same_n_temperature_and_seed(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    from rl.models import load_tokenizer
+    args = default_args(env=FIXTURE_ENV, eval_steps=1, eval_limit=4, eval_n=4, eval_temperature=1.0,
+                        max_answer_seq_len=12, seed=3)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    got = PeriodicValidation(args, model, load_tokenizer(tiny_model_dir), 1).after_step(1)
+    expected = eval_cli.main(["--model_name_or_path", tiny_model_dir, "--env", FIXTURE_ENV, "--limit", "4",
+                              "--max_new_tokens", "12", "--max_prompt_seq_len", str(args.max_prompt_seq_len),
+                              "--n", "4", "--k", "1,2,4", "--temperature", "1.0", "--seed", "3"])["metrics"]
+    assert {"pass@1", "pass@2", "pass@4", "mean@4"} <= set(expected)
+    assert nan_as_none({k[len("eval/"):]: v for k, v in got.items() if k.startswith("eval/") and k != "eval/num_problems"}) \
+        == nan_as_none(expected)
+
+
+def test_pass_at_k_is_logged_for_powers_of_two_up_to_n():
+    from rl.validation import eval_ks
+    assert [eval_ks(n) for n in (1, 2, 6, 8)] == [[1], [1, 2], [1, 2, 4, 6], [1, 2, 4, 8]]
+
+
 def nan_as_none(metrics: dict) -> dict:
     return {k: None if v != v else v for k, v in metrics.items()}  # NaN (no success: avg_turns_to_success) != NaN
 
