@@ -12,7 +12,6 @@ import concurrent.futures
 import json
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 
@@ -190,43 +189,3 @@ def test_each_node_logs_its_own_launcher_to_the_output_folder(two_nodes_and_one_
         assert f"--node_rank {node_rank}" in log.splitlines()[0]
         assert f"nnodes=2, num_local_procs=1, node_rank={node_rank}" in log
     assert "step 2 |" in open(os.path.join(two_nodes, "training.node0.log")).read()  # rank 0 prints the steps
-
-
-@pytest.mark.slow
-@pytest.mark.skip(reason="not yet seen to pass: its first full run was still going at the session's deadline")
-def test_a_node_that_does_not_see_the_output_dir_is_refused_before_training(tmp_path, tiny_model_dir):
-    """Node 1 runs in its own mount namespace (bubblewrap) with an empty tmpfs over the output folder's parent: a
-    node-local disk instead of a shared filesystem. Both nodes stop at start with the reason, rather than training
-    until the first save fails on node 1 ("No such file or directory")."""
-    if shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap (bwrap) is not installed: scripts/setup.sh installs it")
-    probe = subprocess.run(["bwrap", "--bind", "/", "/", "--tmpfs", str(tmp_path), "--", "true"], capture_output=True)
-    if probe.returncode != 0:  # scripts/setup.sh installs bubblewrap; it needs root or user namespaces
-        pytest.skip(f"bubblewrap cannot make a mount namespace here: {probe.stderr.decode()[-300:]}")
-    hostfile = tmp_path / "hostfile"
-    hostfile.write_text("node-a slots=1\nnode-b slots=1\n")
-    node_local = tmp_path / "node_local"
-    node_local.mkdir()
-    env = script_env(tmp_path, tiny_model_dir, OUTPUT=str(node_local / "run"), HOSTFILE=str(hostfile),
-                     MASTER_ADDR="127.0.0.1", ROLLOUT_BACKEND="hf", DTYPE="fp32", MAX_STEPS="1",
-                     PROMPTS_PER_RANK="2", NUM_GENERATIONS="4")
-    nodes = []
-    for node_rank, wrapper in ((0, []), (1, ["bwrap", "--bind", "/", "/", "--tmpfs", str(node_local), "--"])):
-        nodes.append(subprocess.Popen([*wrapper, "bash", SCRIPT, "grpo", "qwen3-4b", *TINY_FLAGS], cwd=REPO_ROOT,
-                                      env=dict(env, NODE_RANK=str(node_rank)), stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True, start_new_session=True))
-    outputs = []
-    try:
-        for proc in nodes:
-            outputs.append(proc.communicate(timeout=1200)[0])
-    finally:
-        for proc in nodes:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-    assert all(proc.returncode != 0 for proc in nodes), outputs
-    for out in outputs:  # each node says why, in its own log
-        assert f"--output_dir {node_local / 'run'} is not shared by every rank: rank 1 on" in out, out[-3000:]
-        assert "step 1 |" not in out
-    assert not os.path.exists(node_local / "run" / "metrics.jsonl")
-    assert not os.path.exists(node_local / "run" / "checkpoints")
