@@ -41,7 +41,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from benchmarks.compare_archive import archive_run, archive_sweep_file, complete_seeds
+from benchmarks.compare_archive import archive_run, archive_sweep_file, command_id, complete_seeds, runs_by_command
 from benchmarks.mechanisms.paired import PAIRED_HEADER, format_paired_row, paired
 from benchmarks.ports import free_port
 
@@ -256,27 +256,31 @@ def sweep(a) -> dict:
             eval_argv = None if a.no_eval else eval_argv_for(eval_args, config)
             planned.append((label, seed, run_key(config, eval_argv, a.num_gpus), argv, eval_argv, config))
     order = sorted(planned, key=lambda p: (seeds.index(p[1]), list(methods).index(p[0])))  # seed-major: pairs first
+    by_command = runs_by_command(a.cache_dir)  # a run archived by an older credo, whose key has changed since
+
+    def run_dir_of(key, argv, eval_argv):
+        own = os.path.join(a.cache_dir, key[:20])
+        return own if os.path.exists(os.path.join(own, "run.json")) else by_command.get(command_id(argv, eval_argv), own)
+    done = lambda p: os.path.exists(os.path.join(run_dir_of(p[2], p[3], p[4]), "run.json"))  # noqa: E731
     if a.plan:
-        for label, seed, key, *_ in order:
-            done = os.path.exists(os.path.join(a.cache_dir, key[:20], "run.json"))
-            print(f"compare: {label} seed {seed}: {'cached' if done else 'to run'} ({key[:20]})")
+        for p in order:
+            print(f"compare: {p[0]} seed {p[1]}: {'cached' if done(p) else 'to run'} ({p[2][:20]})")
         return None
     sweep_json = os.path.join(a.cache_dir, f"{a.name}.sweep.json")
     preregister(sweep_json, metric, baseline)
     if a.archive:
         archive_sweep_file(sweep_json, a.archive)
-    done = lambda key: os.path.exists(os.path.join(a.cache_dir, key[:20], "run.json"))  # noqa: E731
     if a.partial:
-        keys = {(p[0], p[1]): p[2] for p in planned}
-        seeds = complete_seeds(seeds, methods, lambda label, seed: done(keys[label, seed]))
+        plans = {(p[0], p[1]): p for p in planned}
+        seeds = complete_seeds(seeds, methods, lambda label, seed: done(plans[label, seed]))
         if not seeds:
             raise CompareError(f"--partial: no seed is finished under every method in {a.cache_dir}")
         planned = [p for p in planned if p[1] in seeds]
         order = [p for p in order if p[1] in seeds]
     ran = []
     for label, seed, key, argv, eval_argv, config in order:
-        run_dir = os.path.join(a.cache_dir, key[:20])
-        if done(key):
+        run_dir = run_dir_of(key, argv, eval_argv)
+        if done((label, seed, key, argv, eval_argv)):
             print(f"compare: {label} seed {seed}: cached ({run_dir})", flush=True)
         else:
             print(f"compare: {label} seed {seed}: running ({run_dir})", flush=True)
@@ -287,7 +291,7 @@ def sweep(a) -> dict:
             archive_run(run_dir, a.archive)
     runs = {label: [] for label in methods}
     for label, seed, key, argv, eval_argv, config in planned:
-        run_dir = os.path.join(a.cache_dir, key[:20])
+        run_dir = run_dir_of(key, argv, eval_argv)
         with open(os.path.join(run_dir, "run.json")) as f:
             record = json.load(f)
         value, censored = metric_value(metric, run_dir, config["max_steps"])

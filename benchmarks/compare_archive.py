@@ -49,3 +49,25 @@ def archive_sweep_file(sweep_json: str, archive_dir: str):
 def complete_seeds(seeds, methods, is_done) -> list:
     """The seeds whose runs are finished under every method: a partial report holds complete pairs only."""
     return [seed for seed in seeds if all(is_done(label, seed) for label in methods)]
+
+
+def command_id(train_argv, eval_argv) -> str:
+    return json.dumps({"train": list(train_argv), "eval": None if eval_argv is None else list(eval_argv)})
+
+
+def runs_by_command(cache_dir: str) -> dict:
+    """{command_id: run folder} of every finished run under cache_dir, from the commands their run.json records.
+
+    The cache key is the resolved config, so a later credo with one more flag (any default) gives every run a new
+    key; an archived run is then still found by the literal command it ran (its record names its commit).
+    """
+    found = {}
+    if not os.path.isdir(cache_dir):
+        return found
+    for name in sorted(os.listdir(cache_dir)):
+        record = os.path.join(cache_dir, name, "run.json")
+        if os.path.exists(record):
+            with open(record) as f:
+                meta = json.load(f)
+            found.setdefault(command_id(meta["train_argv"], meta.get("eval_argv")), os.path.join(cache_dir, name))
+    return found

@@ -7,8 +7,8 @@ standard error over seeds (issue #20 item 4).
 Each seed runs `SEED=s OUTPUT=output/main_job/seed_s bash scripts/train.sh` unchanged (the user's command, every
 other setting at its default). A seed is done once its eval_final/results.json exists, so an interrupted sweep
 continues with the next missing seed (an interrupted seed starts over: scripts/train.sh with RESUME=none).
-The slim record of each seed (metrics.jsonl and both evals' metrics) is copied to benchmarks/results/runs/main_job/,
-from which `--report --runs_dir benchmarks/results/runs/main_job` reproduces the result.
+The slim record of each seed (metrics.jsonl and both evals' metrics) is copied to benchmarks/results/archive/main_job/,
+from which `--report --runs_dir benchmarks/results/archive/main_job` reproduces the result.
 
 Deciding quantity, fixed before the runs: the gain in greedy held-out accuracy (final - initial pass@1 on 200 eval
 prompts), mean over seeds +- its standard error over seeds; each eval's own binomial standard error is reported too.
@@ -112,8 +112,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", default="1,2,3", help="comma list of seeds (default 1,2,3)")
     p.add_argument("--output_root", default=os.path.join(REPO, "output", "main_job"), help="runs go to ROOT/seed_S")
-    p.add_argument("--runs_dir", default=os.path.join(REPO, "benchmarks", "results", "runs", "main_job"),
-                   help="slim records, committed (default benchmarks/results/runs/main_job)")
+    p.add_argument("--runs_dir", default=os.path.join(REPO, "benchmarks", "results", "archive", "main_job"),
+                   help="slim records, committed (default benchmarks/results/archive/main_job)")
     p.add_argument("--report", action="store_true", help="run nothing; report from --runs_dir")
     p.add_argument("--results", default=os.path.join(REPO, "benchmarks", "results", "main_job"))
     a = p.parse_args(argv)

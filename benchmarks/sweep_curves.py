@@ -1,6 +1,6 @@
 """Per-step curves of a sweep's runs: the mean over seeds (and each seed, faint) of metrics.jsonl keys, per method.
 
-    python benchmarks/sweep_curves.py benchmarks/results/runs/dara_vs_gdpo \
+    python benchmarks/sweep_curves.py benchmarks/results/archive/dara_vs_gdpo \
         reward/ends_with_boxed/mean dara/rho/ends_with_boxed dara/rho/graded_correctness \
         --output benchmarks/results/dara_vs_gdpo_curves.png
 

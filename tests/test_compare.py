@@ -149,6 +149,15 @@ def test_a_killed_sweep_resumes_where_it_stopped_and_a_finished_one_comes_from_i
     assert reproduced.returncode == 0, reproduced.stderr[-3000:]
     again_result = json.loads(prefix.with_suffix(".json").read_text())
     assert again_result["ran_this_invocation"] == 0 and again_result["comparisons"] == result["comparisons"]
+    # a later credo with one more flag gives every run another key: an archived run is still found by its command
+    renamed = next(r for r in result["runs"]["grpo"] if r["seed"] == 1)["key"][:20]
+    os.rename(archive / renamed, archive / "keyed_by_an_older_credo")
+    by_command = subprocess.run(from_archive_argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert by_command.returncode == 0, by_command.stderr[-3000:]
+    by_command_result = json.loads(prefix.with_suffix(".json").read_text())
+    assert by_command_result["ran_this_invocation"] == 0
+    assert by_command_result["comparisons"] == result["comparisons"]
+    assert by_command_result["runs"]["grpo"][0]["run_dir"] == str(archive / "keyed_by_an_older_credo")
 
     # 5. A sweep missing a run reports, with --partial, only the seeds finished under every method.
     missing = next(r for r in result["runs"]["dr_grpo"] if r["seed"] == 2)["key"][:20]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue #20 item 3: DARA-Asym vs GDPO on SmolLM2-135M, 5 paired seeds x 40 steps (design, fixed before the runs:
 # benchmarks/results/dara_vs_gdpo.preregistration.md). Resumable: run it again to continue; `--partial` reports the
-# finished pairs. The slim record of each finished run goes to benchmarks/results/runs/dara_vs_gdpo (committed).
+# finished pairs. The slim record of each finished run goes to benchmarks/results/archive/dara_vs_gdpo (committed).
 #   bash benchmarks/sweeps/dara_vs_gdpo.sh [--plan | --partial]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -12,4 +12,4 @@ exec python benchmarks/compare.py --name dara_vs_gdpo --seeds 1,2,3,4,5 \
   --metric first_step:reward/ends_with_boxed/mean:0.8:3 \
   --also eval:pass@1 --also mean_last:reward/graded_correctness/mean:5 \
   --eval_args "--env arith --limit 200 --max_new_tokens 48 --batch_size 100 --dtype fp32" \
-  --archive benchmarks/results/runs/dara_vs_gdpo "$@"
+  --archive benchmarks/results/archive/dara_vs_gdpo "$@"

@@ -13,4 +13,4 @@ exec python benchmarks/compare.py --name maestro_vs_baselines --seeds 1,2,3 \
   --metric eval:pass@1 \
   --also eval:pass@1/arith --also eval:pass@1/describe \
   --eval_args "--env mixed --limit 200 --max_new_tokens 48 --batch_size 100 --dtype fp32" \
-  --archive benchmarks/results/runs/maestro_vs_baselines "$@"
+  --archive benchmarks/results/archive/maestro_vs_baselines "$@"

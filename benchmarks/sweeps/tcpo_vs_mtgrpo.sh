@@ -11,7 +11,7 @@ EVAL="--env arith_multi --max_turns 3 --episode_end max_turns --limit 100 --n 4 
 if [ "${1:-}" = base ]; then
   # shellcheck disable=SC2086
   exec python eval.py --model_name_or_path .cache/models/SmolLM2-135M-Instruct $EVAL \
-    --output_dir benchmarks/results/runs/tcpo_vs_mtgrpo/base_model
+    --output_dir benchmarks/results/archive/tcpo_vs_mtgrpo/base_model
 fi
 exec python benchmarks/compare.py --name tcpo_vs_mtgrpo --seeds 1,2,3 \
   --method grpo-best="--algo grpo --traj_score best" --method mt_grpo="--algo mt_grpo" --method tcpo="--algo tcpo" \
@@ -19,4 +19,4 @@ exec python benchmarks/compare.py --name tcpo_vs_mtgrpo --seeds 1,2,3 \
   --metric eval:regression_rate:lower \
   --also eval:best_turn_pass@4 --also eval:final_turn_pass@1 --also eval:preservation_rate \
   --eval_args "$EVAL" \
-  --archive benchmarks/results/runs/tcpo_vs_mtgrpo "$@"
+  --archive benchmarks/results/archive/tcpo_vs_mtgrpo "$@"
