@@ -119,8 +119,9 @@ def test_a_reward_that_always_raises_stops_the_run_with_a_checkpoint(tiny_model_
 
 def test_a_nan_step_is_skipped_and_repeated_nan_steps_stop_the_run(tiny_model_dir, tmp_path):
     out = str(tmp_path)
-    assert_ok(run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--save_steps", "1",
-                         "--save_total_limit", "0", "--resume", "none"], num_ranks=1,
+    # ZeRO-3 on one rank (no longer the one-process default): DeepSpeed's own overflow check skips the step
+    assert_ok(run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--actor_zero_stage", "3",
+                         "--save_steps", "1", "--save_total_limit", "0", "--resume", "none"], num_ranks=1,
                         faults=["--nan_loss_at_steps", "2"]))
     root = os.path.join(out, "checkpoints")
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
@@ -130,8 +131,9 @@ def test_a_nan_step_is_skipped_and_repeated_nan_steps_stop_the_run(tiny_model_di
     rows = read_metrics(os.path.join(out, "metrics.jsonl"))
     assert [r["train/skipped_step"] for r in rows] == [0.0, 1.0, 0.0, 0.0]
 
-    stopped = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--save_steps", "1",
-                         "--resume", "none", "--max_bad_steps", "2"], num_ranks=1, faults=["--nan_loss_at_steps", "2,3"])
+    stopped = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--actor_zero_stage", "3",
+                         "--save_steps", "1", "--resume", "none", "--max_bad_steps", "2"], num_ranks=1,
+                        faults=["--nan_loss_at_steps", "2,3"])
     assert stopped.returncode != 0
     assert "2 consecutive steps had non-finite loss or gradients" in stopped.stdout + stopped.stderr
     assert latest_checkpoint(root) == "step_2"  # saved after the (skipped) step 2; step 3 never saved
