@@ -182,3 +182,12 @@ def test_plan_validates_every_run_and_runs_nothing(tiny_model_dir, tmp_path, cap
     assert [line.split(":")[1].strip() for line in lines] == ["a seed 1", "b seed 1", "a seed 2", "b seed 2"]
     assert all("to run" in line for line in lines)
     assert not cache.exists()  # nothing pre-registered, nothing run
+
+
+def test_partial_with_no_finished_pair_is_refused_naming_the_cache(tiny_model_dir, tmp_path):
+    cache = tmp_path / "cache"
+    argv = ["--name", "p", "--seeds", "1", "--method", "a=--algo grpo", "--method", "b=--algo grpo --scale_rewards none",
+            "--train_args", f"--model_name_or_path {tiny_model_dir} --dtype fp32", "--metric", "eval:pass@1",
+            "--cache_dir", str(cache), "--partial"]
+    with pytest.raises(SystemExit, match=f"--partial: no seed is finished under every method in {cache}"):
+        compare.main(argv)
