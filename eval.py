@@ -65,7 +65,9 @@ def build_parser():
     p.add_argument("--decode_loop", choices=DECODE_LOOPS, default="credo",
                    help="credo = rl/decode.py, hf_generate = transformers' model.generate (as in train.py)")
     p.add_argument("--seed", type=int, default=0, help="seed of sampling (rank r samples with seed + r)")
-    p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="dtype the model is loaded in")
+    p.add_argument("--dtype", choices=("fp32", "bf16", "auto"), default="fp32",
+                   help="dtype the model is loaded in; auto: train.py's rule (bf16 on CUDA and on CPUs with AMX or "
+                        "AVX-512 BF16, else fp32), printed at start (default fp32)")
     p.add_argument("--output_dir", default=None, help="results.json and success_by_turn.png go here")
     p.add_argument("--compare", default=None, help="another run's results.json to print side by side")
     p.add_argument("--label", default=None, help="also print `<label>: X` with X = 100 x pass@1")
@@ -170,6 +172,11 @@ def main(argv=None):
     rank, world, device = init_ranks()
     torch.manual_seed(args.seed + rank)  # ranks sample independently
     tokenizer = load_tokenizer(args.model_name_or_path)
+    if args.dtype == "auto":
+        from rl.hardware import auto_dtype_name
+        args.dtype, why = auto_dtype_name(device.type == "cuda")
+        if rank == 0:
+            print(f"eval: --dtype auto -> {args.dtype} ({why})", flush=True)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
     model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, dtype=dtype).to(device).eval()
     t0 = time.perf_counter()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The README's main job: GRPO on synthetic arithmetic with SmolLM2-135M-Instruct, ZeRO-3 on CPU under the real
-# `deepspeed` launcher; greedy accuracy on 200 held-out prompts before and after. About 13 minutes on 2 cores.
+# The README's main job: GRPO on synthetic arithmetic with SmolLM2-135M-Instruct on CPU under the real `deepspeed`
+# launcher at train.py's default system flags; greedy accuracy on 200 held-out prompts before and after.
 #
 # Every setting can be overridden from the environment, and extra arguments go to train.py, e.g.
 #   NUM_RANKS=2 MAX_STEPS=10 bash scripts/train.sh --actor_learning_rate 1e-5
@@ -13,10 +13,11 @@ bash scripts/setup.sh
 MODEL=${MODEL:-.cache/models/SmolLM2-135M-Instruct}
 OUTPUT=${OUTPUT:-output/grpo_arith_smollm2}
 NUM_RANKS=${NUM_RANKS:-1}          # 1 rank x 2 threads beats 2 ranks x 1 thread here (26 s vs 44 s a step)
-ZERO_STAGE=${ZERO_STAGE:-3}
-# bf16 where the CPU has bf16 matmul instructions: AMX (Intel) or AVX-512 BF16 (AMD Zen 4); steps measured 1.7-2x
-# faster than fp32 on both kinds (README), else fp32.
-DTYPE=${DTYPE:-$(grep -qE 'amx_bf16|avx512_bf16' /proc/cpuinfo 2>/dev/null && echo bf16 || echo fp32)}
+# empty: train.py's default, ZeRO stage 0 in one process (DeepSpeed-Chat's single_gpu scripts), 3 on several ranks
+ZERO_STAGE=${ZERO_STAGE:-}
+# auto: bf16 where the CPU has bf16 matmul instructions (AMX or AVX-512 BF16; steps measured 1.7-2x faster than fp32
+# on both kinds, README), else fp32; train.py and eval.py print the choice (rl/hardware.py).
+DTYPE=${DTYPE:-auto}
 MAX_STEPS=${MAX_STEPS:-24}
 LR=${LR:-2e-5}
 PROMPTS_PER_RANK=${PROMPTS_PER_RANK:-8}
@@ -44,7 +45,7 @@ run python scripts/launch.py --num_gpus "$NUM_RANKS" ${PORT:+--master_port "$POR
     --algo grpo \
     --env arith \
     --model_name_or_path "$MODEL" \
-    --actor_zero_stage "$ZERO_STAGE" \
+    ${ZERO_STAGE:+--actor_zero_stage "$ZERO_STAGE"} \
     --dtype "$DTYPE" \
     --per_device_generation_batch_size "$PROMPTS_PER_RANK" \
     --num_generations "$NUM_GENERATIONS" \

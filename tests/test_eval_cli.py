@@ -80,3 +80,14 @@ def test_two_ranks_under_the_launcher_shard_problems_and_gather_them_in_order(ti
     assert [p["id"] for p in two["problems"]] == [p["id"] for p in one["problems"]] == list(range(5))
     assert [p["responses"] for p in two["problems"]] == [p["responses"] for p in one["problems"]]
     assert two["metrics"] == one["metrics"]
+
+
+def test_dtype_auto_is_resolved_by_the_training_rule_and_recorded(tiny_model_dir, tmp_path):
+    from rl.hardware import auto_dtype_name
+    out = tmp_path / "eval"
+    proc = run_eval(["--model_name_or_path", tiny_model_dir, "--env", "arith", "--limit", "2", "--max_new_tokens", "2",
+                     "--dtype", "auto", "--output_dir", str(out)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    expected, _ = auto_dtype_name(cuda=False)
+    assert f"--dtype auto -> {expected}" in proc.stdout
+    assert json.loads((out / "results.json").read_text())["config"]["dtype"] == expected  # never "auto"
