@@ -1,7 +1,7 @@
 """How credo's step time grows with group size, response length and number of turns (issue 10's small table).
 
-Each cell is a short train.py run (benchmarks/credo_timed_train.py; 1 rank, ZeRO-3 unless --zero_stage) on the
-single-digit arith task of bench_vs_trl.py, 8 prompts per step, fp32; one factor varies from the base cell (G 4,
+Each cell is a short train.py run (benchmarks/credo_timed_train.py; 1 rank, train.py's default ZeRO stage unless
+--zero_stage) on the single-digit arith task of bench_vs_trl.py, 8 prompts per step, fp32; one factor varies from the base cell (G 4,
 48 new tokens, 1 turn). Multi-turn cells are trajectory GRPO with --max_turns (a wrong answer gets feedback and another try).
 The tcpo_cf cells measure TCPO's counterfactual overhead (paper: 1.03 to 1.05x): --algo tcpo over 3 turns with
 --tcpo_cf_budget 0 (none) and 5 (the default); the ratio of their step times is the overhead, and
@@ -55,7 +55,8 @@ def main():
     p.add_argument("--cells", default="",
                    help="comma list of FACTOR=VALUE (group, max_new, turns, tcpo_cf, maestro); default all")
     p.add_argument("--ranks", type=int, default=1)
-    p.add_argument("--zero_stage", type=int, choices=(0, 1, 2, 3), default=3, help="--actor_zero_stage of every cell")
+    p.add_argument("--zero_stage", type=int, choices=(0, 1, 2, 3), default=None,
+                   help="--actor_zero_stage of every cell (default: train.py's, 0 in one process, 3 on several ranks)")
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--model", default=MODEL, help="HF model folder (another than the default only for smoke tests)")
@@ -94,9 +95,10 @@ def main():
 
 def report(r: dict) -> str:
     m = r["machine"]
+    stage = r.get("zero_stage", 3) if r.get("zero_stage", 3) is not None else "train.py's default (0 on one rank, 3 on several)"
     lines = [f"# credo step time vs group size, response length, turns ({r['date']})", "",
              f"Command: `{r['command']}`", "",
-             f"{m['cpu']}, {m['cores']} cores, {r['ranks']} rank(s), ZeRO stage {r.get('zero_stage', 3)}, "
+             f"{m['cpu']}, {m['cores']} cores, {r['ranks']} rank(s), ZeRO stage {stage}, "
              f"load average {m['loadavg_start'][0]:.2f} at start, "
              f"{m['loadavg_end'][0]:.2f} at end; {PROMPTS} prompts per step, fp32, {r['steps'] - 1} measured step(s) "
              f"per cell after one warm-up. Base cell: G {r['base']['group']}, {r['base']['max_new']} new tokens, "

@@ -85,8 +85,8 @@ def run_trl(out_dir, steps, seed, threads, gradient_checkpointing="off", model=M
 
 def run_credo(out_dir, steps, seed, ranks, threads, prompts_per_rank, extra=(), plain=False, zero_stage=3,
               max_new=MAX_NEW, group=GROUP, env=ENV, model=MODEL, dtype="fp32"):
-    """zero_stage / dtype None: train.py's default."""
-    """Per-step records of credo's train.py: [{step, seconds, tokens, phases}] from metrics.jsonl."""
+    """Per-step records of credo's train.py: [{step, seconds, tokens, phases}] from metrics.jsonl.
+    zero_stage / dtype None: train.py's default."""
     if os.path.exists(out_dir):
         shutil.rmtree(out_dir)
     os.makedirs(out_dir)
