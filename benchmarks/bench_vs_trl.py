@@ -207,6 +207,16 @@ def main():
     write_results(result, a.results, report)
 
 
+def one_trl_dtype_note(ran: str, limit) -> str:
+    """Why one TRL dtype may stand for "TRL's faster": the same invocation's matmul probe, where it was measured."""
+    other = "trl-bf16" if ran == "trl" else "trl"
+    probes = {p["dtype"]: p["flops_per_s"] / 1e9 for p in (limit or {}).get("probes", [])}
+    if ran == "trl" and probes.get("bfloat16", 0) > 0 and probes.get("float32", 0) > probes["bfloat16"]:
+        return (f"{other} was not run: on this CPU a bf16 matmul ran at {probes['bfloat16']:.3g} GFLOP/s against fp32's "
+                f"{probes['float32']:.3g} (probe below), so fp32 is TRL's faster dtype here.")
+    return f"Only {ran} was run: the faster of TRL's dtypes is not established by this invocation."
+
+
 def report(result: dict) -> str:
     runs, m = result["runs"], result["machine"]
     trl_runs = [n for n in TRL_RUNNERS if n in runs]
@@ -239,6 +249,8 @@ def report(result: dict) -> str:
         lines += ["", f"credo at its default system flags: **{ratio:.2f}x** the step throughput of TRL's faster dtype "
                       f"({trl_best}); target >= 2.0x" + (" (reached)." if ratio >= 2.0 else
                                                            f" (short by {2.0 / ratio:.2f}x).")]
+        if len(trl_runs) == 1:
+            lines.append(one_trl_dtype_note(trl_best, result.get("limit")))
     if result.get("limit"):
         auto = m.get("auto_dtype", "fp32").split()[0]
         lines += ["", *limit_lines(result["limit"], runs, {n: CREDO_RUNNERS[n][2] or auto for n in credo})]
