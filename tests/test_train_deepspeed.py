@@ -113,3 +113,23 @@ def test_hybrid_engine_flag_on_cpu_warns_once_and_falls_back(tiny_model_dir, tmp
                       "--enable_hybrid_engine", "--no_final_export", *TINY_RUN], num_ranks=1)
     assert_ok(proc)
     assert (proc.stdout + proc.stderr).count("--enable_hybrid_engine: the DeepSpeed hybrid engine needs CUDA") == 1
+
+
+def test_one_rank_stage_0_default_takes_the_steps_one_rank_zero3_takes(tiny_model_dir, tmp_path):
+    """One process defaults to ZeRO stage 0 (rl/zero_config.py) for speed only: the same seed gives the same loss,
+    gradient norm and weights as an explicit --actor_zero_stage 3 (up to float rounding of ZeRO-3's gradient path)."""
+    runs = {}
+    for stage in ("default", "3"):
+        out = str(tmp_path / f"stage_{stage}")
+        flags = [] if stage == "default" else ["--actor_zero_stage", stage]
+        proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--max_steps", "2",
+                          "--seed", "7", *flags, *TINY_RUN], num_ranks=1)
+        assert_ok(proc)
+        runs[stage] = (read_metrics(os.path.join(out, "metrics.jsonl")), load_params(os.path.join(out, "final")))
+    (rows0, params0), (rows3, params3) = runs["default"], runs["3"]
+    for r0, r3 in zip(rows0, rows3):
+        assert r0["response_length/mean"] == r3["response_length/mean"]  # the same samples
+        assert math.isclose(r0["actor/grad_norm"], r3["actor/grad_norm"], rel_tol=1e-4), (r0, r3)
+        assert math.isclose(r0["actor/loss"], r3["actor/loss"], rel_tol=1e-4, abs_tol=1e-7), (r0, r3)
+    # lr 1e-2 with Adam moves a weight by about 1e-2 a step: a different step would show here
+    assert max((params0[k] - params3[k]).abs().max().item() for k in params0) < 1e-4
