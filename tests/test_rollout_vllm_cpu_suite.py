@@ -18,8 +18,8 @@ VLLM_PYTHON = os.path.join(REPO_ROOT, ".venv-vllm", "bin", "python")
 VLLM_TEST_MODULES = ("tests/test_rollout_vllm_cpu.py", "tests/test_rollout_vllm_cpu_train.py")
 
 
-needs_vllm_venv = pytest.mark.skipif(
-    not os.path.exists(VLLM_PYTHON), reason=".venv-vllm is absent: `bash scripts/setup_vllm_cpu.sh` builds it (about 4 GB)")
+needs_vllm_venv = pytest.mark.skipif(not os.path.exists(VLLM_PYTHON),
+                                     reason=".venv-vllm is absent: `bash scripts/setup_vllm_cpu.sh` builds it (4 GB)")
 
 
 def run_in_vllm_venv(modules, **extra_env):
@@ -39,6 +39,9 @@ def test_the_vllm_cpu_tests_pass_in_their_own_venv():
 
 
 @needs_vllm_venv
-def test_the_vllm_cpu_engine_tests_pass_with_plain_weights():
-    """--vllm_cpu_weights plain (the default is packed): the same engine tests on an engine built without repacking."""
-    run_in_vllm_venv(VLLM_TEST_MODULES[:1], CREDO_TEST_VLLM_CPU_WEIGHTS="plain")
+def test_the_vllm_cpu_engine_tests_pass_with_the_non_default_cpu_weights():
+    """--vllm_cpu_weights packed | plain: the run above builds engines at the default, this one the engine tests in the
+    other mode, so that both stay correct."""
+    from rl.config import build_parser
+    other = {"packed": "plain", "plain": "packed"}[build_parser().get_default("vllm_cpu_weights")]
+    run_in_vllm_venv(VLLM_TEST_MODULES[:1], CREDO_TEST_VLLM_CPU_WEIGHTS=other)
