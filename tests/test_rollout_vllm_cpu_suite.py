@@ -18,14 +18,30 @@ VLLM_PYTHON = os.path.join(REPO_ROOT, ".venv-vllm", "bin", "python")
 VLLM_TEST_MODULES = ("tests/test_rollout_vllm_cpu.py", "tests/test_rollout_vllm_cpu_train.py")
 
 
-@pytest.mark.skipif(not os.path.exists(VLLM_PYTHON),
-                    reason=".venv-vllm is absent: `bash scripts/setup_vllm_cpu.sh` builds it (about 4 GB)")
-def test_the_vllm_cpu_tests_pass_in_their_own_venv():
+needs_vllm_venv = pytest.mark.skipif(not os.path.exists(VLLM_PYTHON),
+                                     reason=".venv-vllm is absent: `bash scripts/setup_vllm_cpu.sh` builds it (4 GB)")
+
+
+def run_in_vllm_venv(modules, **extra_env):
     # CREDO_REQUIRE_VLLM: inside, a vllm that fails to import is a failure, never a skip that would pass here.
-    env = dict(os.environ, CREDO_REQUIRE_VLLM="1", PYTHONPATH=REPO_ROOT)
-    proc = subprocess.run([VLLM_PYTHON, "-m", "pytest", *VLLM_TEST_MODULES, "-q", "-rs", "-p", "no:cacheprovider"],
+    env = dict(os.environ, CREDO_REQUIRE_VLLM="1", PYTHONPATH=REPO_ROOT, **extra_env)
+    proc = subprocess.run([VLLM_PYTHON, "-m", "pytest", *modules, "-q", "-rs", "-p", "no:cacheprovider"],
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800)
     report = f"exit {proc.returncode}\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}"
     assert proc.returncode == 0, report
     summary = proc.stdout.strip().splitlines()[-1]
     assert "passed" in summary and "skipped" not in summary and "deselected" not in summary, report
+
+
+@needs_vllm_venv
+def test_the_vllm_cpu_tests_pass_in_their_own_venv():
+    run_in_vllm_venv(VLLM_TEST_MODULES)
+
+
+@needs_vllm_venv
+def test_the_vllm_cpu_engine_tests_pass_with_the_non_default_cpu_weights():
+    """--vllm_cpu_weights packed | plain: the run above builds engines at the default, this one the engine tests in the
+    other mode, so that both stay correct."""
+    from rl.config import build_parser
+    other = {"packed": "plain", "plain": "packed"}[build_parser().get_default("vllm_cpu_weights")]
+    run_in_vllm_venv(VLLM_TEST_MODULES[:1], CREDO_TEST_VLLM_CPU_WEIGHTS=other)
