@@ -19,8 +19,15 @@ ANSWERS = ["7", "42", "5", "18"]
 
 @pytest.fixture(scope="module")
 def tiny(tiny_model_dir):
+    """The tiny model with sharp attention: at its random init attention is near uniform, so a cache read at the
+    wrong positions (RoPE off by one) would change the NLL by less than the tolerance."""
     from transformers import AutoModelForCausalLM
-    return AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval(), load_tokenizer(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(8.0)
+            layer.self_attn.k_proj.weight.mul_(8.0)
+    return model, load_tokenizer(tiny_model_dir)
 
 
 def sampled(model, tok, signals, seed=0, group=3):
