@@ -25,8 +25,8 @@ import torch
 
 from rewards.format import FormatReward
 from rewards.length import linear_length_score
-from rewards.policy_signals import (entropy_and_last_hidden, mean_over_mask, nover_example, nover_length_factor,
-                                    reference_nll)
+from rewards.policy_signals import entropy_and_last_hidden, mean_over_mask, nover_example, nover_length_factor
+from rewards.prefix_nll import cached_reference_nll
 
 logger = logging.getLogger(__name__)
 POLICY_REWARDS = ("fmt", "ppl", "ent", "len", "pref")
@@ -63,8 +63,9 @@ class PolicyRewards:
         if unknown:
             raise ValueError(f"not policy rewards: {unknown}; choose from {POLICY_REWARDS}")
         self.names, self.settings, self.actor, self.tokenizer = list(names), settings, actor, tokenizer
-        # entropy and the Conductor's hidden state, recorded by the sampling pass where the sampler can (raw())
-        self.sampling_signals = frozenset({"entropy", "hidden"})
+        # entropy and the Conductor's hidden state, recorded by the sampling pass where the sampler can (raw()); for
+        # ppl also each row's KV cache, so NOVER's forward feeds only the answer (rewards/prefix_nll.py)
+        self.sampling_signals = frozenset({"entropy", "hidden"} | ({"prefix_kv"} if "ppl" in self.names else set()))
         self.format = FormatReward(settings.format_style)
         self.preference = None
         if "pref" in self.names:
@@ -110,13 +111,23 @@ class PolicyRewards:
         return {k: v.float().cpu() for k, v in raw.items()}, hidden
 
     def reasoning_log_perplexity(self, batch) -> torch.Tensor:
-        """NOVER's log P_r per row: mean NLL of the reference answer after the reasoning, / N(|t|)."""
+        """NOVER's log P_r per row: mean NLL of the reference answer after the reasoning, / N(|t|).
+
+        On the sampling pass's KV cache where it kept one (batch.signals.prefixes), the same NLL within float
+        tolerance; the cache is dropped afterwards (it is not needed again, and the update wants the memory)."""
         p, a = batch.prompt_len, self.settings
         examples = [nover_example(self.tokenizer, batch.input_ids[i, :p][batch.attention_mask[i, :p].bool()].tolist(),
                                   completion, sample.get(a.answer_key), a.format_style)
                     for i, (completion, sample) in enumerate(zip(batch.completions, batch.samples))]
-        nll = reference_nll(self.actor, [c for c, _, _ in examples], [g for _, g, _ in examples],
-                            self.tokenizer.pad_token_id, self.actor.device, a.per_device_train_micro_batch_size)
+        signals = getattr(batch, "signals", None)
+        prefixes = getattr(signals, "prefixes", None)
+        if prefixes is not None and len(prefixes) != len(examples):
+            raise ValueError(f"batch.signals.prefixes has {len(prefixes)} rows for {len(examples)} responses: code "
+                             "that changes a Rollout's rows must change its signals too (SamplingSignals.select)")
+        nll = cached_reference_nll(self.actor, [c for c, _, _ in examples], [g for _, g, _ in examples], prefixes,
+                                   self.tokenizer.pad_token_id, self.actor.device, a.per_device_train_micro_batch_size)
+        if prefixes is not None:
+            signals.prefixes = None
         return nll / torch.tensor([nover_length_factor(t) for _, _, t in examples])
 
 

@@ -88,7 +88,8 @@ def sample_batch(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, m
 @torch.no_grad()
 def sample_batch_with_signals(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int,
                               eos_token_ids, temperature: float, top_k=None, top_p=None, signals=frozenset()) -> tuple:
-    """sample_batch, also recording rl/sampling_signals.py's `signals` ("logp", "entropy", "hidden") per row.
+    """sample_batch, also recording rl/sampling_signals.py's `signals` ("logp", "entropy", "hidden", "prefix_kv")
+    per row.
 
     The same random draws as without signals (one uniform per running row and step), so a seeded run samples the
     same tokens either way. Returns (B token lists, B TurnSignals or None when no signal was asked for).
@@ -98,6 +99,9 @@ def sample_batch_with_signals(model, input_ids: torch.Tensor, attention_mask: to
     from rl.sampling_signals import TurnSignals, check_signals, token_logp_entropy
     signals = check_signals(signals)
     scores, want_hidden = bool(signals & {"logp", "entropy"}), "hidden" in signals
+    # "prefix_kv": each row's context (unpadded), whose cache is kept with the row's response when it finishes
+    contexts = [input_ids[i][attention_mask[i].bool()].tolist() for i in range(len(input_ids))] \
+        if "prefix_kv" in signals else None
     warpers = logits_warpers(temperature, top_k, top_p) if temperature > 0 else None
     eos = torch.tensor(sorted(set(eos_token_ids)), device=input_ids.device)
     responses = [[] for _ in range(input_ids.shape[0])]
@@ -131,6 +135,8 @@ def sample_batch_with_signals(model, input_ids: torch.Tensor, attention_mask: to
             final = out.hidden_states[-1][:, -1]  # after the final norm (HF convention), as entropy_and_last_hidden
             for j in (range(len(live)) if last_step else (~running).nonzero().squeeze(-1).tolist()):
                 recorded[int(live[j])].hidden = final[j].float().cpu()
+            if contexts is not None:  # the cache now covers each finished row's last token too
+                _keep_prefixes(cache, attention_mask, live, running, last_step, contexts, responses, recorded, 0)
             if last_step:
                 break
             if not bool(running.all()):
@@ -142,6 +148,8 @@ def sample_batch_with_signals(model, input_ids: torch.Tensor, attention_mask: to
                 next_logits = out.logits[:, -1, :]
             next_position = next_position + 1
             continue
+        if contexts is not None:  # the token just drawn has not been fed: the cache ends before it
+            _keep_prefixes(cache, attention_mask, live, running, last_step, contexts, responses, recorded, 1)
         if last_step:
             break
         if not bool(running.all()):  # drop finished rows from the batch and from every layer's cache
@@ -155,3 +163,14 @@ def sample_batch_with_signals(model, input_ids: torch.Tensor, attention_mask: to
         next_logits = out.logits[:, -1, :]
         next_position = next_position + 1
     return responses, (recorded if signals else None)
+
+
+def _keep_prefixes(cache, attention_mask, live, running, last_step, contexts, responses, recorded, unfed):
+    """Record the cache of the rows that finish now (every live row at the last step) as their "prefix_kv": their
+    context and response but the last `unfed` tokens, which the cache does not hold yet."""
+    from rewards.prefix_nll import CachedPrefix
+    finishing = range(len(live)) if last_step else (~running).nonzero().squeeze(-1).tolist()
+    for j in finishing:
+        row = int(live[j])
+        response = responses[row][:len(responses[row]) - unfed]
+        recorded[row].prefix = CachedPrefix.from_cache(cache, j, attention_mask[j], contexts[row] + response)

@@ -5,6 +5,9 @@ The decode loop (rl/decode.py) already computes the policy's logits at every sam
 - "entropy": the entropy of softmax(logits / T) (the `ent` reward, rewards/policy_rewards.py),
 - "hidden": the final hidden state after the trajectory's last token (the Conductor's input); the loop feeds each
   row's last token once more to get it (one extra decode position per row).
+- "prefix_kv": each finished row's KV cache (rewards/prefix_nll.CachedPrefix), so that NOVER's `ppl` forwards only
+  the tokens after it (the reasoning's end, the answer) instead of the whole sequence again. It is held until the
+  rewards are scored (PolicyRewards drops it then): at most the decode batch's own cache memory.
 T is the rollout temperature and the logits are the raw ones, before top-k / top-p: exactly what a no-grad forward
 over [prompt | response] computes (rl/logprobs.response_logprobs, rewards/policy_signals.entropy_and_last_hidden),
 so the values agree within float tolerance (tests/test_sampling_signals.py) and the rest of the maths is unchanged.
@@ -16,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-SIGNALS = ("logp", "entropy", "hidden")
+SIGNALS = ("logp", "entropy", "hidden", "prefix_kv")
 
 
 def check_signals(names) -> frozenset:
@@ -45,6 +48,7 @@ class TurnSignals:
     logp: list = None              # floats, or None when not recorded
     entropy: list = None
     hidden: torch.Tensor = None    # Tensor[H] float32 after the row's last token, or None
+    prefix: object = None          # rewards.prefix_nll.CachedPrefix of the row's context + response, or None
 
 
 @dataclass
@@ -53,12 +57,14 @@ class SamplingSignals:
     logp: torch.Tensor = None      # Tensor[N, R], 0 off the model's tokens
     entropy: torch.Tensor = None   # Tensor[N, R], 0 off the model's tokens
     last_hidden: torch.Tensor = None  # Tensor[N, H] after each trajectory's last token (its last model turn's)
+    prefixes: list = None          # N CachedPrefix (or None) of each trajectory's last model turn
 
     def select(self, rows) -> "SamplingSignals":
         """The signals of some rows (a LongTensor or list of row indices), for code that filters a rollout's rows
         (it must select these too: stale rows would give other trajectories' surprisal or entropy)."""
         pick = lambda t: None if t is None else t[torch.as_tensor(rows, device=t.device)]  # noqa: E731
-        return SamplingSignals(pick(self.logp), pick(self.entropy), pick(self.last_hidden))
+        prefixes = None if self.prefixes is None else [self.prefixes[int(i)] for i in torch.as_tensor(rows).tolist()]
+        return SamplingSignals(pick(self.logp), pick(self.entropy), pick(self.last_hidden), prefixes)
 
 
 def checked_signals(batch):
@@ -75,6 +81,8 @@ def checked_signals(batch):
                              "code that changes a Rollout's rows must change its signals too (SamplingSignals.select)")
     if signals.last_hidden is not None and signals.last_hidden.shape[0] != shape[0]:
         raise ValueError(f"batch.signals.last_hidden has {signals.last_hidden.shape[0]} rows for {shape[0]} responses")
+    if signals.prefixes is not None and len(signals.prefixes) != shape[0]:
+        raise ValueError(f"batch.signals.prefixes has {len(signals.prefixes)} rows for {shape[0]} responses")
     return signals
 
 
@@ -100,4 +108,7 @@ def layout_signals(segments: list, signals: list, width_r: int, device):
     last = [next((sig.hidden for sig in reversed(sigs) if sig is not None), None) for sigs in signals]
     if all(h is not None for h in last):
         out.last_hidden = torch.stack(last).float()
+    if any(sig.prefix is not None for sig in model_segments):
+        # the last model turn's cache (its context is the whole trajectory before it); a consumer checks its tokens
+        out.prefixes = [next((sig.prefix for sig in reversed(sigs) if sig is not None), None) for sigs in signals]
     return out
