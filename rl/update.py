@@ -16,7 +16,7 @@ from rl.logprobs import response_logprobs
 from rl.rollout_vllm import SamplerMismatch
 
 # Per-token statistics, reported as token-weighted means over every rank's response tokens (actor/<name>).
-TOKEN_STATS = ("clipfrac", "clipfrac_lower", "approx_kl", "kl", "entropy", "pg_loss")
+TOKEN_STATS = ("clipfrac", "clipfrac_lower", "approx_kl", "kl", "entropy")
 
 
 @dataclass(frozen=True)
@@ -61,13 +61,15 @@ class UpdateTally:
     accumulation: int                # micro-batches per optimizer step (DeepSpeed's gradient accumulation)
     ppo_epochs: int
     mismatch: SamplerMismatch        # vLLM vs trainer log-probs (+ TIS)
-    sums: dict = field(default_factory=lambda: {k: 0.0 for k in (*TOKEN_STATS, "loss", "tokens")})
+    sums: dict = field(default_factory=lambda: {k: 0.0 for k in (*TOKEN_STATS, "loss", "pg_loss", "tokens")})
 
     def add(self, stats: dict, loss: float, tokens: float):
         for k in TOKEN_STATS:
             if k in stats:
                 self.sums[k] += float(stats[k]) * tokens
+        # like the loss, each micro-batch's pg_loss is already its share of the global batch's: summed, not weighted
         self.sums["loss"] += loss
+        self.sums["pg_loss"] += float(stats["pg_loss"])
         self.sums["tokens"] += tokens
 
     def metrics(self, with_kl: bool) -> dict:
@@ -75,7 +77,9 @@ class UpdateTally:
         out = {f"actor/{k}": total[k] / max(total["tokens"], 1.0) for k in TOKEN_STATS if with_kl or k != "kl"}
         # each micro-batch's loss is already its share of the global batch's: their sum over ranks, divided by
         # the micro-batches of one rank's pass and the ranks, is the mean loss of one pass
-        out["actor/loss"] = total["loss"] / (dist.world_size() * self.accumulation * self.ppo_epochs)
+        passes = dist.world_size() * self.accumulation * self.ppo_epochs
+        out["actor/loss"] = total["loss"] / passes
+        out["actor/pg_loss"] = total["pg_loss"] / passes  # the policy-gradient part of actor/loss (no KL term)
         out.update(self.mismatch.metrics())
         return out
 

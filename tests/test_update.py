@@ -62,11 +62,11 @@ def test_the_steps_gradient_and_stats_do_not_depend_on_the_micro_batch_size(engi
     results = {micro: update(engine, micro, rollout_batch()) for micro, engine in engines.items()}
     metrics, grad_norm = results[4]
     assert grad_norm > 0 and metrics["actor/clipfrac"] == 0.0  # one pass: the ratio is 1, nothing is clipped
+    assert metrics["actor/pg_loss"] == pytest.approx(metrics["actor/loss"], rel=1e-6)  # beta 0: no KL term
     for micro in (1, 2):
         other, other_norm = results[micro]
         assert other_norm == pytest.approx(grad_norm, rel=1e-5), micro
-        # (actor/pg_loss is each micro-batch's share of the global loss, token-weighted: it moves with the split)
-        for key in ("actor/entropy", "actor/loss", "actor/approx_kl"):
+        for key in ("actor/entropy", "actor/loss", "actor/pg_loss", "actor/approx_kl"):
             assert other[key] == pytest.approx(metrics[key], rel=1e-5, abs=1e-7), (micro, key)
     assert "actor/kl" not in metrics and not any(k.startswith("rollout/") for k in metrics)
 
