@@ -386,6 +386,8 @@ def main(argv=None):
     a = p.parse_args(argv)
     a.cache_dir = os.path.abspath(a.cache_dir)
     a.archive = os.path.abspath(a.archive) if a.archive else None
+    if a.archive == a.cache_dir:  # reproducing from the archive with the sweep's own flags: it is its own archive
+        a.archive = None
     prefix = a.results or os.path.join(REPO, "benchmarks", "results", a.name)
     try:
         result = sweep(a)

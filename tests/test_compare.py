@@ -144,7 +144,8 @@ def test_a_killed_sweep_resumes_where_it_stopped_and_a_finished_one_comes_from_i
     archived = sorted(str(p.relative_to(archive)) for p in archive.rglob("*") if p.is_file())
     assert len(archived) == 1 + 4 * 3 and "tiny.sweep.json" in archived  # run.json, metrics.jsonl, eval results
     assert not any("final" in name or "checkpoint" in name for name in archived), archived
-    from_archive_argv = [a if a != str(cache) else str(archive) for a in argv]
+    # the sweep script's own command, --archive included, with --cache_dir pointed at the archive
+    from_archive_argv = [*(a if a != str(cache) else str(archive) for a in argv), "--archive", str(archive)]
     reproduced = subprocess.run(from_archive_argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert reproduced.returncode == 0, reproduced.stderr[-3000:]
     again_result = json.loads(prefix.with_suffix(".json").read_text())
