@@ -187,6 +187,7 @@ def main(argv=None):
         from rl import dist
         gathered = {i: p for shard in dist.all_gather_object(list(zip(mine, problems))) for i, p in shard}
         problems = [gathered[i] for i in range(len(rows))]
+        dist.shutdown()  # the last collective is over (see rl/dist.py)
         if rank != 0:
             return None
     metrics = aggregate(problems, args.ks, args.max_turns)

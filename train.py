@@ -12,12 +12,14 @@ def main(argv=None):
     from rl.data import DataError
     from rl.errors import TrainingAborted
     from rl.trainer import Trainer
+    from rl import dist
     try:
         Trainer(args).fit()
     except DataError as exc:
         sys.exit(f"train.py: error: bad training data: {exc}")
     except TrainingAborted as exc:
         sys.exit(f"train.py: stopped: {exc}")
+    dist.shutdown()  # on success only (see rl/dist.py)
 
 
 if __name__ == "__main__":

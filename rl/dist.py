@@ -29,6 +29,15 @@ def init_distributed(timeout=None):
     unlink_shm_buffer()
 
 
+def shutdown():
+    """Destroy the process group at the end of a successful run, while the interpreter is still whole. Left to
+    interpreter finalisation, gloo's worker threads can abort the exit of a run that has finished ("terminate called
+    without an active exception", SIGABRT; pytorch/pytorch#190489, #179291). Not called after a failure: a rank
+    still inside a collective would deadlock it (torchtitan#1342 calls it on success only, as here)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
 def unlink_shm_buffer():
     """DeepSpeed's CPU comm op maps a 69 MB /dev/shm file per rank and never removes it: every launch leaked one per
     rank (we found 15 GB of them on a 24 GB machine). Once every rank has mapped every other rank's buffer (true
