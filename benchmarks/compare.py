@@ -39,9 +39,9 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 
 from benchmarks.compare_archive import archive_run, archive_sweep_file, command_id, complete_seeds, runs_by_command
+from benchmarks.compare_metrics import CompareError, Metric, first_sustained_step, metric_value, parse_metric  # noqa: F401
 from benchmarks.mechanisms.paired import PAIRED_HEADER, format_paired_row, paired
 from benchmarks.ports import free_port
 
@@ -49,89 +49,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 OWNED_FLAGS = ("--output_dir", "--seed", "--resume", "--local_rank")  # set by compare.py for every run
 UNHASHED = ("output_dir", "local_rank")                               # differ between identical runs
-
-
-class CompareError(ValueError):
-    pass
-
-
-@dataclass(frozen=True)
-class Metric:
-    spec: str
-    kind: str
-    key: str
-    threshold: float = None
-    window: int = 1
-    lower: bool = False  # a ":lower" suffix: e.g. eval:regression_rate:lower
-
-    @property
-    def higher_is_better(self) -> bool:
-        return self.kind != "first_step" and not self.lower
-
-    def describe(self) -> str:
-        better = f"({'higher' if self.higher_is_better else 'lower'} is better)"
-        if self.kind == "eval":
-            return f"eval.py metrics[{self.key!r}] of the exported model {better}"
-        if self.kind == "mean_last":
-            return f"mean of {self.key!r} over the last {self.window} logged steps {better}"
-        if self.kind == "last":
-            return f"{self.key!r} at the last logged step {better}"
-        return (f"first step at which the trailing {self.window}-step mean of {self.key!r} reaches {self.threshold} "
-                f"and stays there to the end; max_steps + 1 if never (lower is better)")
-
-
-def parse_metric(spec: str) -> Metric:
-    parts = spec.split(":")
-    lower = parts[-1] == "lower" and parts[0] != "first_step"
-    parts = parts[:-1] if lower else parts
-    kind, n = parts[0], len(parts)
-    try:
-        if kind in ("eval", "last") and n == 2:
-            return Metric(spec, kind, parts[1], lower=lower)
-        if kind == "mean_last" and n == 3:
-            return Metric(spec, kind, parts[1], window=int(parts[2]), lower=lower)
-        if kind == "first_step" and n == 4:
-            return Metric(spec, kind, parts[1], threshold=float(parts[2]), window=int(parts[3]))
-    except ValueError:
-        pass
-    raise CompareError(f"--metric {spec!r}: expected eval:KEY, last:KEY, mean_last:KEY:N or "
-                       f"first_step:KEY:THRESHOLD:WINDOW (the first three take a ':lower' suffix)")
-
-
-def first_sustained_step(steps, values, threshold: float, window: int):
-    """(step, censored): the first step from which the trailing-window mean stays >= threshold to the end."""
-    means = [sum(values[max(0, i - window + 1):i + 1]) / len(values[max(0, i - window + 1):i + 1])
-             for i in range(len(values))]
-    answer = None
-    for step, m in zip(steps, means):
-        if m >= threshold:
-            answer = step if answer is None else answer
-        else:
-            answer = None
-    return answer
-
-
-def metric_value(metric: Metric, run_dir: str, max_steps: int):
-    """(value, censored) of one finished run."""
-    if metric.kind == "eval":
-        with open(os.path.join(run_dir, "eval", "results.json")) as f:
-            metrics = json.load(f)["metrics"]
-        if metric.key not in metrics:
-            raise CompareError(f"--metric {metric.spec}: {metric.key!r} is not in {run_dir}/eval/results.json "
-                               f"(it has {', '.join(sorted(metrics))})")
-        return float(metrics[metric.key]), False
-    from rl.metrics import read_metrics
-    rows = read_metrics(os.path.join(run_dir, "train", "metrics.jsonl"))
-    if not rows or metric.key not in rows[-1]:
-        raise CompareError(f"--metric {metric.spec}: {metric.key!r} is not logged in {run_dir}/train/metrics.jsonl")
-    values = [float(r[metric.key]) for r in rows]
-    if metric.kind == "last":
-        return values[-1], False
-    if metric.kind == "mean_last":
-        tail = values[-metric.window:]
-        return sum(tail) / len(tail), False
-    step = first_sustained_step([r["step"] for r in rows], values, metric.threshold, metric.window)
-    return (float(max_steps + 1), True) if step is None else (float(step), False)
 
 
 def parse_method(spec: str):
@@ -181,8 +98,10 @@ def _call(cmd, log_path: str, what: str):
         raise CompareError(f"{what} failed (exit {code}); log: {log_path}\n{tail}")
 
 
-def execute_run(run_dir: str, train_argv, eval_argv, num_gpus: int, record: dict):
-    """train.py under the real deepspeed launcher, then eval.py; run.json last, atomically."""
+def execute_run(run_dir: str, train_argv, eval_argv, num_gpus: int, record: dict, keep_checkpoints: bool = False):
+    """train.py under the real deepspeed launcher, then eval.py; run.json last, atomically. A finished run never
+    resumes (an interrupted one starts over), so its resumable checkpoints are removed unless keep_checkpoints: they
+    are several model sizes each, and ten 135M runs' filled a disk (the final export stays)."""
     if os.path.exists(run_dir):  # a run interrupted earlier: start it over
         shutil.rmtree(run_dir)
     os.makedirs(run_dir)
@@ -197,6 +116,8 @@ def execute_run(run_dir: str, train_argv, eval_argv, num_gpus: int, record: dict
                "--output_dir", os.path.join(run_dir, "eval"), *eval_argv], os.path.join(run_dir, "eval.log"),
               f"eval.py ({run_dir})")
         record["eval_seconds"] = time.time() - t0
+    if not keep_checkpoints:
+        shutil.rmtree(os.path.join(run_dir, "train", "checkpoints"), ignore_errors=True)
     tmp = os.path.join(run_dir, "run.json.tmp")
     with open(tmp, "w") as f:
         json.dump(record, f, indent=1, default=str)
@@ -285,7 +206,8 @@ def sweep(a) -> dict:
         else:
             print(f"compare: {label} seed {seed}: running ({run_dir})", flush=True)
             execute_run(run_dir, argv, eval_argv, a.num_gpus, {"key": key, "method": label, "seed": seed,
-                        "train_argv": argv, "eval_argv": eval_argv, "config": config, "commit": git_commit()})
+                        "train_argv": argv, "eval_argv": eval_argv, "config": config, "commit": git_commit()},
+                        keep_checkpoints=a.keep_checkpoints)
             ran.append(key)
         if a.archive:
             archive_run(run_dir, a.archive)
@@ -374,6 +296,9 @@ def main(argv=None):
     p.add_argument("--train_args", default="", help="train.py flags common to every run (default none)")
     p.add_argument("--eval_args", default="", help="eval.py flags (default none: the run's env and dtype)")
     p.add_argument("--no_eval", action="store_true", help="skip eval.py (only train metrics; default off)")
+    p.add_argument("--keep_checkpoints", action="store_true",
+                   help="keep each finished run's resumable checkpoints (default off: removed once the run is "
+                        "done, since a finished run never resumes; its final export is kept)")
     p.add_argument("--num_gpus", type=int, default=1, help="ranks per run, the deepspeed launcher's --num_gpus (default 1)")
     p.add_argument("--cache_dir", default=os.path.join(REPO, "output", "compare"),
                    help="one folder per run, named by its config hash (default output/compare)")

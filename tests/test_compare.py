@@ -123,6 +123,9 @@ def test_a_killed_sweep_resumes_where_it_stopped_and_a_finished_one_comes_from_i
                 assert r["value"] == json.load(f)["metrics"]["pass@1"]
             with open(os.path.join(r["run_dir"], "train", "metrics.jsonl")) as f:
                 assert r["also"]["last:reward/mean"] == json.loads(f.readlines()[-1])["reward/mean"]
+            # a finished run keeps its final model but not its resumable checkpoints (--keep_checkpoints keeps them)
+            assert os.path.isdir(os.path.join(r["run_dir"], "train", "final"))
+            assert not os.path.exists(os.path.join(r["run_dir"], "train", "checkpoints")), r["run_dir"]
     assert result["secondary_comparisons"]["last:reward/mean"]["dr_grpo vs grpo"]["n"] == 2
 
     # 3. Once more: nothing runs, every run's files are untouched, the same numbers come out.
