@@ -13,7 +13,13 @@ SAMPLE = {"answer": [7, 13, 120]}
     ("\\boxed{7} \\boxed{13} \\boxed{120}", 1.0),
     ("\\boxed{7} \\boxed{14} \\boxed{120}", 2 / 3),
     ("\\boxed{8} \\boxed{13} \\boxed{0}", 1 / 3),
-    ("7, 13, 120", 0.0),                                   # no boxes: nothing committed to
+    ("7, 13, 120", 0.0),                                   # neither boxes nor equations: nothing committed to
+    ("(1) 3 + 4 = 7\n(2) 6 + 7 = 13\n(3) 100 + 20 = 120", 1.0),  # no boxes: the equations' results
+    ("(1) 3 + 4 = 7\n(2) 6 + 7 = 14", 1 / 3),              # two results for three parts: the third is wrong
+    ("so 3 + 4 = 7. Then 6 + 7 = 13. And 100 + 20 = 120.", 1.0),  # a full stop is not a decimal
+    ("(1) = 7.5 (2) = 13 (3) = 120", 0.0),                  # "= 7.5" is no integer result: 13, 120 misalign
+    ("\\boxed{7} then 1 + 1 = 2", 1 / 3),                  # one box, one equation: neither outnumbers, boxes
+    ("\\boxed{7} \\boxed{13} \\boxed{120} (check: 1 + 1 = 2)", 1.0),  # a box per part: equations ignored
     ("\\boxed{7} \\boxed{13}", 2 / 3),                      # a missing third box is wrong
     ("draft \\boxed{1} \\boxed{2} \\boxed{3} final \\boxed{7} \\boxed{13} \\boxed{120}", 1.0),  # last three count
     ("\\boxed{x} \\boxed{13} \\boxed{120}", 2 / 3),
