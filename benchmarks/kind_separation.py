@@ -1,0 +1,93 @@
+"""Did MAESTRO's Conductor learn different reward trade-offs for different prompt kinds? Read from a sweep's runs.
+
+    python benchmarks/kind_separation.py benchmarks/results/archive/maestro_vs_baselines \
+        --kinds arith,describe --last 10 --output benchmarks/results/maestro_vs_baselines_separation.md
+
+The measure fixed in benchmarks/results/maestro_vs_baselines.preregistration.md (addendum): per conductor run, the
+mean over the last `--last` steps of `conductor/pi/<kind>/<reward>`; per reward, the difference between the second
+and the first kind; the L1 distance between the two kinds' vectors. Mean and SE over seeds. A reward separates only
+if its difference has one sign on every seed and |mean| > 2 SE (descriptive with a few seeds, not a test).
+"""
+import argparse
+import math
+
+from benchmarks.sweep_curves import load_runs
+
+PREFIX = "conductor/pi"
+
+
+def kind_means(rows: list, kind: str, last: int) -> dict:
+    """{reward: mean of conductor/pi/<kind>/<reward> over the last `last` rows that log it}."""
+    head = f"{PREFIX}/{kind}/"
+    logged = [r for r in rows if any(k.startswith(head) for k in r)][-last:]
+    rewards = sorted({k[len(head):] for r in logged for k in r if k.startswith(head)})
+    return {name: sum(r[head + name] for r in logged) / len(logged) for name in rewards} if logged else {}
+
+
+def mean_se(values: list) -> tuple:
+    """(mean, standard error of the mean); SE is NaN for fewer than 2 values."""
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, math.nan
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+
+
+def separation(runs: list, kinds: tuple, last: int) -> dict:
+    """runs: load_runs' [(method, seed, rows)]. Returns {"seeds": [...], "diff": {reward: [per-seed second - first]},
+    "l1": [per-seed distance]} over the runs that log conductor/pi per kind."""
+    first, second = kinds
+    out = {"seeds": [], "diff": {}, "l1": []}
+    for _, seed, rows in runs:
+        a, b = kind_means(rows, first, last), kind_means(rows, second, last)
+        if not a or not b:
+            continue
+        out["seeds"].append(seed)
+        for name in a:
+            out["diff"].setdefault(name, []).append(b[name] - a[name])
+        out["l1"].append(sum(abs(b[name] - a[name]) for name in a))
+    return out
+
+
+def report(runs_dir: str, kinds: tuple, last: int) -> str:
+    """A markdown table: per reward, the per-seed differences, their mean ± SE and whether they separate."""
+    s = separation(load_runs(runs_dir), kinds, last)
+    first, second = kinds
+    lines = [f"# The Conductor's emphasis by prompt kind: {second} - {first}", "",
+             f"`python benchmarks/kind_separation.py {runs_dir} --kinds {first},{second} --last {last}`", "",
+             f"Mean of `{PREFIX}/<kind>/<reward>` over each run's last {last} steps; seeds {s['seeds']}.", "",
+             "| reward | per seed | mean ± SE | separates |", "|---|---|---|---|"]
+    for name, diffs in s["diff"].items():
+        mean, se = mean_se(diffs)
+        one_sign = all(d > 0 for d in diffs) or all(d < 0 for d in diffs)
+        separates = "yes" if one_sign and len(diffs) > 1 and abs(mean) > 2 * se else "no"
+        lines.append(f"| {name} | {', '.join(f'{d:+.3f}' for d in diffs)} | {mean:+.3f} ± {se:.3f} | {separates} |")
+    if s["l1"]:
+        mean, se = mean_se(s["l1"])
+        lines.append(f"| (L1 distance) | {', '.join(f'{d:.3f}' for d in s['l1'])} | {mean:.3f} ± {se:.3f} | |")
+    else:
+        lines.append("| (no run logs conductor/pi per kind) | | | |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("runs_dir", help="a compare.py cache or archive folder")
+    p.add_argument("--kinds", default="arith,describe", help="the two prompt kinds, first,second")
+    p.add_argument("--last", type=int, default=10, help="steps at the end of each run to average")
+    p.add_argument("--output", help="also write the table here")
+    a = p.parse_args(argv)
+    kinds = tuple(k.strip() for k in a.kinds.split(","))
+    if len(kinds) != 2 or not all(kinds):
+        p.error(f"--kinds needs exactly two kinds, first,second; got {a.kinds!r}")
+    if a.last < 1:
+        p.error(f"--last must be at least 1, got {a.last}")
+    text = report(a.runs_dir, kinds, a.last)
+    print(text, end="")
+    if a.output:
+        with open(a.output, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()
