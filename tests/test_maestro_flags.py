@@ -51,3 +51,13 @@ def test_help_labels_the_emphasis_weights_as_credos_reading():
     assert "credo's reading" in helps["maestro_emphasis"] and "paper: 0.5" not in helps["maestro_emphasis"]
     assert "Dirichlet(1)" in helps["maestro_weights"]
     assert "figure 2: 0.1" in helps["maestro_kl_in_reward"]
+
+
+def test_the_skipped_pref_warning_is_said_once_per_process(tiny_model_dir, caplog, monkeypatch):
+    """compare.py --plan validates every run's flags in one process; the notice used to repeat once per run."""
+    from rl.methods import maestro
+    monkeypatch.setattr(maestro, "_PREF_SKIP_WARNED", [])
+    with caplog.at_level("WARNING", logger=maestro.__name__):
+        for _ in range(3):
+            parse(tiny_model_dir, "--algo", "maestro", "--env", "mixed")
+    assert sum("`pref` reward is skipped" in r.getMessage() for r in caplog.records) == 1

@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 MAESTRO_REWARDS = ("fmt", "ppl", "ent", "len", "pref", "correctness")
 MAESTRO_WEIGHTS = ("conductor", "equal", "random", "random_action")
 PAPER = RECIPES["paper"]
+_PREF_SKIP_WARNED = []  # once per process: compare.py --plan validates every run's flags, which repeated the line 9x
 
 
 def hidden_size(model) -> int:
@@ -133,7 +134,9 @@ class Maestro(Method):
             bad("--maestro_update_interval must be >= 1 and --maestro_tau_init > 0")
         if args.maestro_lr < 0:
             bad(f"--maestro_lr must be >= 0, got {args.maestro_lr}")
-        if "pref" in args.maestro_rewards and not args.reward_model_name_or_path and os.environ.get("RANK", "0") == "0":
+        if ("pref" in args.maestro_rewards and not args.reward_model_name_or_path and os.environ.get("RANK", "0") == "0"
+                and not _PREF_SKIP_WARNED):
+            _PREF_SKIP_WARNED.append(True)
             logger.warning("MAESTRO: no --reward_model_name_or_path given; the `pref` reward is skipped")
 
     # --- one step ---------------------------------------------------------------------------------------------
