@@ -12,8 +12,10 @@
 - Each run is cached under the SHA-256 of its full config: train.py's resolved flags (parsed by rl.config, so
   equivalent spellings share a cache entry and a bad flag is refused before any run), the eval.py flags and the
   rank count. A run is complete once CACHE_DIR/<hash>/run.json exists (written atomically after train and eval
-  succeed); an interrupted run restarts from scratch (credo's reading: a resumed run is not bit-identical to an
-  uninterrupted one, and a comparison must not depend on where a sweep was interrupted).
+  succeed). An interrupted run continues from its latest complete checkpoint (train.py --resume auto, which restores
+  the weights, optimiser, data position and RNG: tests/test_fault_tolerance.py checks that a resumed run matches an
+  uninterrupted one), or only re-evaluates when its training had finished; run.json records `resumed_from`.
+  `--restart_interrupted` starts such a run over instead. Long runs should pass --save_steps so that little is lost.
 - Writes RESULTS.json (per-seed values, `seeds`, the config, paired differences with a bootstrap CI and a sign
   test), RESULTS.md and RESULTS.png (needs matplotlib, from requirements-bench.txt). `--also SPEC` adds secondary
   metrics (e.g. final correctness), reported the same way and labelled as not deciding.
@@ -89,8 +91,8 @@ def git_commit() -> str:
     return proc.stdout.strip() + ("+dirty" if dirty else "") if proc.returncode == 0 else "unknown"
 
 
-def _call(cmd, log_path: str, what: str):
-    with open(log_path, "w") as log:
+def _call(cmd, log_path: str, what: str, append: bool = False):
+    with open(log_path, "a" if append else "w") as log:
         code = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT).returncode
     if code != 0:
         with open(log_path) as f:
@@ -98,18 +100,44 @@ def _call(cmd, log_path: str, what: str):
         raise CompareError(f"{what} failed (exit {code}); log: {log_path}\n{tail}")
 
 
-def execute_run(run_dir: str, train_argv, eval_argv, num_gpus: int, record: dict, keep_checkpoints: bool = False):
-    """train.py under the real deepspeed launcher, then eval.py; run.json last, atomically. A finished run never
-    resumes (an interrupted one starts over), so its resumable checkpoints are removed unless keep_checkpoints: they
-    are several model sizes each, and ten 135M runs' filled a disk (the final export stays)."""
-    if os.path.exists(run_dir):  # a run interrupted earlier: start it over
-        shutil.rmtree(run_dir)
-    os.makedirs(run_dir)
-    launcher = os.path.join(os.path.dirname(sys.executable), "deepspeed")
-    t0 = time.time()
-    _call([launcher, "--num_gpus", str(num_gpus), "--master_port", str(free_port()), "train.py", *train_argv,
-           "--output_dir", os.path.join(run_dir, "train")], os.path.join(run_dir, "train.log"), f"train.py ({run_dir})")
-    record["train_seconds"] = time.time() - t0
+def interrupted_state(run_dir: str, max_steps: int):
+    """What an earlier, interrupted attempt at this run left: None (nothing usable: start over), "trained" (its
+    final export exists, so only eval.py is left) or the step of its latest complete checkpoint before max_steps
+    (one at max_steps without the export, a kill during the export, is not resumable: train.py would find the run
+    finished and not export it)."""
+    from rl.checkpoint import latest_checkpoint
+    train_dir = os.path.join(run_dir, "train")
+    if os.path.isdir(os.path.join(train_dir, "final")):  # export_hf renames a finished folder into place
+        return "trained"
+    tag = latest_checkpoint(os.path.join(train_dir, "checkpoints")) if os.path.isdir(train_dir) else None
+    step = int(tag.split("_")[-1]) if tag else None
+    return step if step is not None and step < max_steps else None
+
+
+def execute_run(run_dir: str, train_argv, eval_argv, num_gpus: int, record: dict, keep_checkpoints: bool = False,
+                restart_interrupted: bool = False):
+    """train.py under the real deepspeed launcher, then eval.py; run.json last, atomically. An interrupted run
+    continues from its latest checkpoint (module docstring). A finished run never resumes, so its checkpoints are
+    removed unless keep_checkpoints: they are several model sizes each, and ten 135M runs' filled a disk (the final
+    export stays)."""
+    resumable = not restart_interrupted and os.path.exists(run_dir)
+    earlier = interrupted_state(run_dir, record["config"]["max_steps"]) if resumable else None
+    if earlier is None:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        os.makedirs(run_dir)
+    else:
+        record["resumed_from"] = earlier  # a checkpoint's step, or "trained"
+        print(f"compare: continuing {run_dir} from " + ("its finished training (eval only)" if earlier == "trained"
+              else f"its checkpoint at step {earlier}"), flush=True)
+    if earlier != "trained":
+        launcher = os.path.join(os.path.dirname(sys.executable), "deepspeed")
+        assert train_argv[-2:] == ["--resume", "none"], train_argv  # as sweep() plans every run
+        argv = [*train_argv[:-1], "auto"] if earlier is not None else train_argv
+        t0 = time.time()
+        _call([launcher, "--num_gpus", str(num_gpus), "--master_port", str(free_port()), "train.py", *argv,
+               "--output_dir", os.path.join(run_dir, "train")], os.path.join(run_dir, "train.log"),
+              f"train.py ({run_dir})", append=earlier is not None)
+        record["train_seconds"] = time.time() - t0  # of this attempt only, when resumed
     if eval_argv is not None:
         t0 = time.time()
         _call([sys.executable, "eval.py", "--model_name_or_path", os.path.join(run_dir, "train", "final"),
@@ -207,7 +235,7 @@ def sweep(a) -> dict:
             print(f"compare: {label} seed {seed}: running ({run_dir})", flush=True)
             execute_run(run_dir, argv, eval_argv, a.num_gpus, {"key": key, "method": label, "seed": seed,
                         "train_argv": argv, "eval_argv": eval_argv, "config": config, "commit": git_commit()},
-                        keep_checkpoints=a.keep_checkpoints)
+                        keep_checkpoints=a.keep_checkpoints, restart_interrupted=a.restart_interrupted)
             ran.append(key)
         if a.archive:
             archive_run(run_dir, a.archive)
@@ -221,7 +249,8 @@ def sweep(a) -> dict:
         runs[label].append({"seed": seed, "value": value, "censored": censored, "also": also, "key": key,
                             "run_dir": run_dir,
                             "ran_this_invocation": key in ran, "commit": record["commit"],
-                            "train_seconds": record.get("train_seconds"), "eval_seconds": record.get("eval_seconds")})
+                            "resumed_from": record.get("resumed_from"), "train_seconds": record.get("train_seconds"),
+                            "eval_seconds": record.get("eval_seconds")})
     comparisons = {f"{label} vs {baseline}": paired([r["value"] for r in runs[label]], [r["value"] for r in runs[baseline]])
                    for label in methods if label != baseline}
     secondary_comparisons = {m.spec: {f"{label} vs {baseline}": paired([r["also"][m.spec] for r in runs[label]],
@@ -251,6 +280,11 @@ def report(result: dict) -> str:
     for i, seed in enumerate(result["seeds"]):
         cells = [f"{r[i]['value']:.4g}{' (censored)' if r[i]['censored'] else ''}" for r in result["runs"].values()]
         lines.append(f"| {seed} | " + " | ".join(cells) + " |")
+    runs = [(label, r) for label, rs in result["runs"].items() for r in rs]
+    lines.append("\nRuns trained at commit(s) " + ", ".join(sorted({r["commit"][:12] for _, r in runs})) + "; " + (
+        "continued after an interruption: " + ", ".join(f"{label} seed {r['seed']} (from {r['resumed_from']})"
+                                                         for label, r in runs if r.get("resumed_from") is not None)
+        if any(r.get("resumed_from") is not None for _, r in runs) else "none was resumed after an interruption") + ".")
     lines += ["\nPaired differences (a - b; " + ("higher" if metric["higher_is_better"] else "lower") +
               " is better):\n", PAIRED_HEADER]
     lines += [format_paired_row(label, c, digits=4) for label, c in result["comparisons"].items()]
@@ -299,6 +333,9 @@ def main(argv=None):
     p.add_argument("--keep_checkpoints", action="store_true",
                    help="keep each finished run's resumable checkpoints (default off: removed once the run is "
                         "done, since a finished run never resumes; its final export is kept)")
+    p.add_argument("--restart_interrupted", action="store_true",
+                   help="start an interrupted run over instead of continuing it from its latest checkpoint "
+                        "(default off)")
     p.add_argument("--num_gpus", type=int, default=1, help="ranks per run, the deepspeed launcher's --num_gpus (default 1)")
     p.add_argument("--cache_dir", default=os.path.join(REPO, "output", "compare"),
                    help="one folder per run, named by its config hash (default output/compare)")

@@ -1,0 +1,57 @@
+"""benchmarks/compare.py: an interrupted run continues from its latest checkpoint instead of starting over."""
+import json
+import os
+import shutil
+
+import pytest
+
+from benchmarks import compare
+from rl.metrics import read_metrics
+from tests.helpers import REPO_ROOT, run_train
+from tests.test_fault_tolerance import comparable
+from tests.test_run_config import fake_checkpoint, flags
+from tests.test_train_deepspeed import TINY_RUN, assert_ok
+
+
+def test_what_an_interrupted_attempt_left_decides_how_it_continues(tiny_model_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    assert compare.interrupted_state(str(run_dir), 4) is None  # nothing there: start over
+    train = run_dir / "train"
+    os.makedirs(train)
+    assert compare.interrupted_state(str(run_dir), 4) is None  # killed before its first checkpoint
+    fake_checkpoint(str(train), 2, flags(tiny_model_dir, train))
+    assert compare.interrupted_state(str(run_dir), 4) == 2
+    # a checkpoint at the last step without the final export (killed while exporting): train.py would call the run
+    # finished and never export it, so it is started over
+    assert compare.interrupted_state(str(run_dir), 2) is None
+    os.makedirs(train / "final")
+    assert compare.interrupted_state(str(run_dir), 4) == "trained"  # only eval.py is left
+
+
+@pytest.mark.slow
+def test_a_run_killed_after_a_checkpoint_continues_from_it_and_matches_an_uninterrupted_run(
+        tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("PYTHONPATH", REPO_ROOT)
+    argv = ["--model_name_or_path", tiny_model_dir, *TINY_RUN, "--max_steps", "3", "--save_steps", "1",
+            "--dtype", "fp32", "--seed", "1", "--resume", "none"]
+    config = compare.resolved_config([*argv, "--output_dir", str(tmp_path / "unused")], "test")
+    record = lambda: {"method": "grpo", "seed": 1, "train_argv": argv, "config": config}  # noqa: E731
+
+    whole = tmp_path / "whole"
+    compare.execute_run(str(whole), argv, None, 1, record())
+    # the same run as a kill after its step-2 checkpoint leaves it: stopped there, without the final export
+    cut = tmp_path / "cut"
+    assert_ok(run_train([*argv[:-2], "--output_dir", str(cut / "train"), "--enable_test_mode", "--test_stop_step",
+                         "2"]))
+    shutil.rmtree(cut / "train" / "final")
+    compare.execute_run(str(cut), argv, None, 1, record())
+
+    meta = json.loads((cut / "run.json").read_text())
+    assert meta["resumed_from"] == 2 and "resumed_from" not in json.loads((whole / "run.json").read_text())
+    assert "resumed from" in (cut / "train.log").read_text()
+    got, want = read_metrics(str(cut / "train" / "metrics.jsonl")), read_metrics(str(whole / "train" / "metrics.jsonl"))
+    assert [r["step"] for r in got] == [1, 2, 3]
+    for g, w in zip(got, want):
+        assert comparable(g) == pytest.approx(comparable(w), rel=1e-6, abs=1e-7), g["step"]
+    assert os.path.isdir(cut / "train" / "final") and not os.path.exists(cut / "train" / "checkpoints")
