@@ -46,13 +46,20 @@ def main(argv=None):
     p.add_argument("runs_dir")
     p.add_argument("keys", nargs="+", help="metrics.jsonl keys, one panel each")
     p.add_argument("--output", required=True, help="PNG path")
+    p.add_argument("--columns", type=int, default=4, help="panels per row (default 4)")
     a = p.parse_args(argv)
+    if a.columns < 1:
+        p.error(f"--columns must be at least 1, got {a.columns}")
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     runs = load_runs(a.runs_dir)
-    fig, axes = plt.subplots(1, len(a.keys), figsize=(4.2 * len(a.keys), 3.4), squeeze=False)
-    for ax, key in zip(axes[0], a.keys):
+    columns = min(a.columns, len(a.keys))
+    rows = -(-len(a.keys) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.4 * rows), squeeze=False)
+    for ax in axes.flat[len(a.keys):]:
+        ax.set_visible(False)
+    for ax, key in zip(axes.flat, a.keys):
         for i, (method, (steps, mean, series)) in enumerate(curves(runs, key).items()):
             color = f"C{i}"
             for s in series:
