@@ -4,19 +4,30 @@ compare.py's cache holds each run's model and checkpoints (about 2 GB per SmolLM
 `run.json`, `train/metrics.jsonl` and the metrics of `eval/results.json`. `archive_run` copies those (the eval file
 without its per-problem responses) into ARCHIVE/<key>/ in the cache's own layout, so that
 `compare.py ... --cache_dir ARCHIVE` reproduces the committed comparison with nothing to run, and a sweep spread
-over several sittings can be committed in parts.
+over several sittings can be committed in parts. The evidence behind the numbers is kept beside them, compressed:
+the eval's per-problem responses (`eval/problems.json.gz`) and the training's sampled completions
+(`train/completions.jsonl.gz`), so that what a metric counted can be read back (benchmarks/response_audit.py).
 """
+import gzip
 import json
 import os
 import shutil
 
 SLIM_FILES = ("run.json", os.path.join("train", "metrics.jsonl"))
+PROBLEMS_GZ = "problems.json.gz"  # eval.py's per-problem records (responses included), beside the slim results.json
 
 
 def _write_json_atomically(path: str, value):
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(value, f, indent=1, default=str)
+    os.replace(tmp, path)
+
+
+def _gzip_atomically(data: bytes, path: str):
+    tmp = path + ".tmp"
+    with gzip.GzipFile(tmp, "wb", mtime=0) as f:  # mtime 0: the same run archives to the same bytes
+        f.write(data)
     os.replace(tmp, path)
 
 
@@ -35,6 +46,12 @@ def archive_run(run_dir: str, archive_dir: str) -> str:
         os.makedirs(os.path.join(target, "eval"), exist_ok=True)
         _write_json_atomically(os.path.join(target, "eval", "results.json"),
                                {k: v for k, v in evaluation.items() if k != "problems"})
+        if "problems" in evaluation:
+            _gzip_atomically(json.dumps(evaluation["problems"]).encode(), os.path.join(target, "eval", PROBLEMS_GZ))
+    completions = os.path.join(run_dir, "train", "completions.jsonl")
+    if os.path.exists(completions):
+        with open(completions, "rb") as f:
+            _gzip_atomically(f.read(), os.path.join(target, "train", "completions.jsonl.gz"))
     with open(os.path.join(run_dir, "run.json")) as f:
         _write_json_atomically(os.path.join(target, "run.json"), json.load(f))
     return target

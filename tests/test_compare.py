@@ -145,7 +145,8 @@ def test_a_killed_sweep_resumes_where_it_stopped_and_a_finished_one_comes_from_i
                           timeout=600)
     assert slim.returncode == 0, slim.stderr[-3000:]
     archived = sorted(str(p.relative_to(archive)) for p in archive.rglob("*") if p.is_file())
-    assert len(archived) == 1 + 4 * 3 and "tiny.sweep.json" in archived  # run.json, metrics.jsonl, eval results
+    # run.json, metrics.jsonl, eval results, and the evidence compressed: eval responses, training completions
+    assert len(archived) == 1 + 4 * 5 and "tiny.sweep.json" in archived, archived
     assert not any("final" in name or "checkpoint" in name for name in archived), archived
     # the sweep script's own command, --archive included, with --cache_dir pointed at the archive
     from_archive_argv = [*(a if a != str(cache) else str(archive) for a in argv), "--archive", str(archive)]
