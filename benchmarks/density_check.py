@@ -12,6 +12,7 @@ w(sparse), w(dense). Runs that do not log dara/* (e.g. GDPO) are skipped.
 """
 import argparse
 
+from benchmarks.results_io import print_and_write
 from benchmarks.sweep_curves import load_runs
 
 
@@ -66,11 +67,7 @@ def main(argv=None):
     p.add_argument("--until", type=float, default=0.5, help="the sparse reward's batch mean that ends the stretch")
     p.add_argument("--output", help="also write the table here")
     a = p.parse_args(argv)
-    text = report(a.runs_dir, a.sparse, a.dense, a.until)
-    print(text, end="")
-    if a.output:
-        with open(a.output, "w") as f:
-            f.write(text)
+    print_and_write(report(a.runs_dir, a.sparse, a.dense, a.until), a.output)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ if its difference has one sign on every seed and |mean| > 2 SE (descriptive with
 import argparse
 import math
 
+from benchmarks.results_io import print_and_write
 from benchmarks.sweep_curves import load_runs
 
 PREFIX = "conductor/pi"
@@ -82,11 +83,7 @@ def main(argv=None):
         p.error(f"--kinds needs exactly two kinds, first,second; got {a.kinds!r}")
     if a.last < 1:
         p.error(f"--last must be at least 1, got {a.last}")
-    text = report(a.runs_dir, kinds, a.last)
-    print(text, end="")
-    if a.output:
-        with open(a.output, "w") as f:
-            f.write(text)
+    print_and_write(report(a.runs_dir, kinds, a.last), a.output)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import gzip
 import json
 import os
 
+from benchmarks.results_io import print_and_write
 from benchmarks.compare_archive import PROBLEMS_GZ
 
 
@@ -89,11 +90,7 @@ def main(argv=None):
         if not sep or not os.path.exists(path):
             p.error(f"--reference {spec!r}: want LABEL=PATH to an existing results.json")
         references.append((label, path))
-    text = report(a.runs_dir, a.contains, references)
-    print(text, end="")
-    if a.output:
-        with open(a.output, "w") as f:
-            f.write(text)
+    print_and_write(report(a.runs_dir, a.contains, references), a.output)
 
 
 if __name__ == "__main__":

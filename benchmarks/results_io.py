@@ -24,3 +24,11 @@ def cpu_model() -> str:
         return names[0] if names else platform.machine()
     except OSError:
         return platform.machine()
+
+
+def print_and_write(text: str, output: str = None):
+    """A report tool's table: to stdout, and to `output` too when given (the tools' --output flag)."""
+    print(text, end="")
+    if output:
+        with open(output, "w") as f:
+            f.write(text)
