@@ -34,8 +34,23 @@ def shutdown():
     interpreter finalisation, gloo's worker threads can abort the exit of a run that has finished ("terminate called
     without an active exception", SIGABRT; pytorch/pytorch#190489, #179291). Not called after a failure: a rank
     still inside a collective would deadlock it (torchtitan#1342 calls it on success only, as here)."""
+    _destroy_vllm_groups()
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+
+
+def _destroy_vllm_groups():
+    """A colocated vLLM engine (--rollout_backend vllm) made process groups of its own under the world group. Its
+    exit-time finalizer destroys them, and after the world group is gone that raises `ValueError: Invalid process
+    group specified`: a traceback printed after every successful run. Destroyed here first, vLLM's own teardown
+    then finds nothing left to do. (It also destroys the world group, which the caller then skips.)"""
+    import sys
+    parallel_state = sys.modules.get("vllm.distributed.parallel_state")
+    if parallel_state is None:
+        return
+    for teardown in ("destroy_model_parallel", "destroy_distributed_environment"):
+        if hasattr(parallel_state, teardown):
+            getattr(parallel_state, teardown)()
 
 
 def unlink_shm_buffer():

@@ -68,6 +68,15 @@ def test_a_two_step_vllm_run_completes_and_logs_the_sampler_mismatch(stopped_at_
     assert latest_checkpoint(os.path.join(out, "checkpoints")) == "step_2"
 
 
+def test_a_finished_vllm_run_exits_without_a_teardown_traceback(model, tmp_path):
+    """vLLM's exit-time teardown used to destroy its process groups after the world group was gone and print a
+    `ValueError: Invalid process group specified` traceback after every successful run (rl/dist.py shutdown)."""
+    proc = run_vllm(model, str(tmp_path / "run"), "--max_steps", "1")
+    assert_ok(proc)
+    assert "done: 1 steps" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
+
+
 def test_stop_and_resume_with_vllm_matches_an_uninterrupted_run(stopped_at_step_2, uninterrupted, model):
     """Exact on CPU: vLLM samples with torch's global generator, which the checkpoint restores (after the engine is
     built), and the resumed engine is loaded with the checkpoint's weights before its first rollout."""
