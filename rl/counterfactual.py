@@ -31,11 +31,17 @@ def turn_surprisal(logp: torch.Tensor, turn_ids: torch.Tensor, num_turns: int) -
 
 def rollout_logprobs(engine, batch, temperature: float) -> torch.Tensor:
     """Tensor[N, R] log-probs of the response tokens under the rollout policy: the ones the sampling pass recorded
-    (batch.signals, rl/sampling_signals.py: no extra forward), else a no-grad forward of the actor. Either way on
+    (batch.signals, rl/sampling_signals.py: no extra forward), or vLLM's (batch.rollout_logp), else a no-grad
+    forward of the actor. Either way on
     every rank of a ZeRO-3 run alike (the same sampler everywhere), so no rank waits in a collective alone."""
     signals = checked_signals(batch)
     if signals is not None and signals.logp is not None:
         return signals.logp
+    if batch.rollout_logp is not None:
+        # vLLM's own log-probs of the tokens it sampled (after temperature, as the trainer's): no forward either.
+        # credo's reading: they differ from the trainer's by vLLM's float sums (<1e-4 per token, logged as
+        # rollout/logp_diff_max), so only a near-tie in surprisal can pick another turn.
+        return batch.rollout_logp
     return batched_response_logprobs(engine, batch.input_ids, batch.attention_mask, batch.prompt_len, temperature,
                                      micro=16)
 

@@ -191,3 +191,15 @@ def test_signals_that_no_longer_match_the_rollout_are_refused_not_misread(tiny):
     batch.signals = full.select(keep)
     assert checked_signals(batch) is batch.signals
     torch.testing.assert_close(rollout_logprobs(model, batch, TEMPERATURE), full.logp[keep])
+
+
+def test_tcpo_surprisal_uses_vllms_log_probs_without_a_forward():
+    """With --rollout_backend vllm the rollout has no decode-loop signals but carries vLLM's own log-probs of its
+    tokens: TCPO's surprisal reads those instead of a no-grad forward of the actor (none is given here to run)."""
+    from rl.counterfactual import rollout_logprobs
+    from rl.types import Rollout
+    logp = -torch.rand(3, 5)
+    batch = Rollout(input_ids=torch.zeros(3, 7, dtype=torch.long), attention_mask=torch.ones(3, 7, dtype=torch.long),
+                    response_mask=torch.ones(3, 5), prompt_len=2, group_ids=torch.zeros(3), completions=[], samples=[])
+    batch.rollout_logp = logp
+    assert rollout_logprobs(None, batch, TEMPERATURE) is logp
