@@ -21,7 +21,8 @@
   metrics (e.g. final correctness), reported the same way and labelled as not deciding.
 - `--plan` validates every run's flags and lists which runs are cached and which would run, running nothing.
 - `--archive DIR` copies each finished run's report inputs (no model, no checkpoints) into DIR in the cache's layout
-  (benchmarks/compare_archive.py); `--cache_dir DIR` then reproduces the report with nothing to run. `--partial`
+  (benchmarks/compare_archive.py); `--cache_dir DIR` then reproduces the report with nothing to run, and a run the
+  archive holds counts as finished, so a sweep continued from a fresh clone (an empty cache) runs only the rest. `--partial`
   runs nothing and reports the seeds finished under every method, labelled partial: a sweep longer than one sitting
   is committed in parts.
 
@@ -206,10 +207,16 @@ def sweep(a) -> dict:
             planned.append((label, seed, run_key(config, eval_argv, a.num_gpus), argv, eval_argv, config))
     order = sorted(planned, key=lambda p: (seeds.index(p[1]), list(methods).index(p[0])))  # seed-major: pairs first
     by_command = runs_by_command(a.cache_dir)  # a run archived by an older credo, whose key has changed since
+    # A sweep continued on another machine (a fresh clone: an empty cache) takes the runs its committed archive holds.
+    archived = runs_by_command(a.archive) if a.archive else {}
 
     def run_dir_of(key, argv, eval_argv):
-        own = os.path.join(a.cache_dir, key[:20])
-        return own if os.path.exists(os.path.join(own, "run.json")) else by_command.get(command_id(argv, eval_argv), own)
+        for root in (a.cache_dir, a.archive):
+            own = os.path.join(root, key[:20]) if root else None
+            if own and os.path.exists(os.path.join(own, "run.json")):
+                return own
+        command = command_id(argv, eval_argv)
+        return by_command.get(command) or archived.get(command) or os.path.join(a.cache_dir, key[:20])
     done = lambda p: os.path.exists(os.path.join(run_dir_of(p[2], p[3], p[4]), "run.json"))  # noqa: E731
     if a.plan:
         for p in order:
@@ -237,7 +244,7 @@ def sweep(a) -> dict:
                         "train_argv": argv, "eval_argv": eval_argv, "config": config, "commit": git_commit()},
                         keep_checkpoints=a.keep_checkpoints, restart_interrupted=a.restart_interrupted)
             ran.append(key)
-        if a.archive:
+        if a.archive and os.path.dirname(run_dir) != a.archive:  # a run taken from the archive is archived already
             archive_run(run_dir, a.archive)
     runs = {label: [] for label in methods}
     for label, seed, key, argv, eval_argv, config in planned:

@@ -196,3 +196,25 @@ def test_partial_with_no_finished_pair_is_refused_naming_the_cache(tiny_model_di
             "--cache_dir", str(cache), "--partial"]
     with pytest.raises(SystemExit, match=f"--partial: no seed is finished under every method in {cache}"):
         compare.main(argv)
+
+
+def test_runs_the_archive_holds_count_as_finished_so_a_fresh_clone_runs_only_the_rest(tiny_model_dir, tmp_path, capsys):
+    """A sweep longer than a sitting continues on another machine from its committed archive: the cache there is
+    empty, and the runs the archive holds are not run again."""
+    cache, archive = tmp_path / "cache", tmp_path / "archive"
+    argv = ["--name", "p", "--seeds", "1", "--method", "a=--algo grpo", "--method", "b=--algo grpo --scale_rewards none",
+            "--train_args", f"--model_name_or_path {tiny_model_dir} --dtype fp32", "--metric", "eval:pass@1",
+            "--cache_dir", str(cache), "--archive", str(archive), "--plan"]
+
+    def plan():
+        compare.main(argv)
+        lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("compare:")]
+        return {line.split(":")[1].strip(): (line.split(": ")[2].split(" (")[0], line.rsplit("(", 1)[1].rstrip(")"))
+                for line in lines}
+    first = plan()
+    assert [state for state, _ in first.values()] == ["to run", "to run"]
+    kept = archive / first["a seed 1"][1]
+    kept.mkdir(parents=True)
+    (kept / "run.json").write_text(json.dumps({"train_argv": [], "eval_argv": None}))
+    assert {name: state for name, (state, _) in plan().items()} == {"a seed 1": "cached", "b seed 1": "to run"}
+    assert not cache.exists()
