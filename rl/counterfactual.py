@@ -32,8 +32,8 @@ def turn_surprisal(logp: torch.Tensor, turn_ids: torch.Tensor, num_turns: int) -
 def rollout_logprobs(engine, batch, temperature: float) -> torch.Tensor:
     """Tensor[N, R] log-probs of the response tokens under the rollout policy: the ones the sampling pass recorded
     (batch.signals, rl/sampling_signals.py: no extra forward), or vLLM's (batch.rollout_logp), else a no-grad
-    forward of the actor. Either way on
-    every rank of a ZeRO-3 run alike (the same sampler everywhere), so no rank waits in a collective alone."""
+    forward of the actor. Either way on every rank of a ZeRO-3 run alike (the same sampler everywhere), so no rank
+    waits in a collective alone."""
     signals = checked_signals(batch)
     if signals is not None and signals.logp is not None:
         return signals.logp
