@@ -115,6 +115,14 @@ def wrap_with_lora(model, settings: LoraSettings):
         raise SystemExit(f"train.py: error: --lora_target_modules {settings.target_modules}: {exc}") from None
     if not settings.only_optimize:  # DeepSpeed-Chat without --only_optimize_lora: everything trains
         model.requires_grad_(True)
+        # peft keeps adapters in fp32 over a bf16/fp16 base (autocast_adapter_dtype); with the base weights in the
+        # optimizer too, ZeRO-3 flattens one buffer of all trainable weights and asserts a single dtype
+        # (deepspeed/runtime/zero/utils.py defragment). DeepSpeed's bf16/fp16 optimizer keeps fp32 master copies
+        # anyway, so the adapters take the base dtype here.
+        base_dtype = next(p.dtype for n, p in model.named_parameters() if not is_lora_param(n))
+        for name, param in model.named_parameters():
+            if is_lora_param(name):
+                param.data = param.data.to(base_dtype)
     return model
 
 

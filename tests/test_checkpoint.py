@@ -15,7 +15,6 @@ from rl.manifest import CheckpointError
 from tests.helpers import one_rank_process_group
 
 pytestmark = pytest.mark.slow
-OPTIM_FILE = "zero_pp_rank_0_mp_rank_00_optim_states.pt"
 MODEL_FILE = "zero_pp_rank_0_mp_rank_00_model_states.pt"
 
 
@@ -39,6 +38,14 @@ def engine(tiny_model_dir):
         del actor
 
 
+def optim_file(folder) -> str:
+    """The rank-0 optimizer file's name: DeepSpeed prefixes it with bf16_ when --dtype auto picks bf16 (a CPU with
+    AMX or AVX-512 BF16), zero_pp_rank_0_mp_rank_00_optim_states.pt otherwise."""
+    names = [n for n in os.listdir(folder) if n.endswith("zero_pp_rank_0_mp_rank_00_optim_states.pt")]
+    assert len(names) == 1, sorted(os.listdir(folder))
+    return names[0]
+
+
 def saved(engine, out, step=1):
     return save_checkpoint(engine, str(out), step, {"step": step}, flags={"algo": "grpo"})
 
@@ -48,7 +55,7 @@ def test_a_save_lists_every_file_with_its_sha256_in_the_manifest(engine, tmp_pat
     with open(os.path.join(folder, "manifest.json")) as f:
         manifest = json.load(f)
     on_disk = sorted(n for n in os.listdir(folder) if n != "manifest.json")
-    assert sorted(manifest["files"]) == on_disk and OPTIM_FILE in on_disk
+    assert sorted(manifest["files"]) == on_disk and optim_file(folder) in on_disk
     for name, entry in manifest["files"].items():
         with open(os.path.join(folder, name), "rb") as f:
             data = f.read()
@@ -59,7 +66,7 @@ def test_a_save_lists_every_file_with_its_sha256_in_the_manifest(engine, tmp_pat
 
 def test_4_kib_overwritten_in_the_optimizer_file_is_refused_naming_the_file(engine, tmp_path):
     folder = saved(engine, tmp_path)
-    path = os.path.join(folder, OPTIM_FILE)
+    path = os.path.join(folder, optim_file(folder))
     with open(path, "r+b") as f:
         f.seek(os.path.getsize(path) // 2)
         f.write(os.urandom(4096))
@@ -96,7 +103,7 @@ def test_a_checkpoint_of_non_finite_master_weights_is_refused_at_load(engine, tm
 
 
 def test_a_save_stopped_by_the_kernel_names_the_file_and_errno_and_leaves_no_partial_folder(engine, tmp_path):
-    saved(engine, tmp_path, step=1)
+    name = optim_file(saved(engine, tmp_path, step=1))
     root = os.path.join(str(tmp_path), "checkpoints")
     limit = resource.getrlimit(resource.RLIMIT_FSIZE)
     handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # so the write fails with EFBIG instead of a kill
@@ -108,7 +115,7 @@ def test_a_save_stopped_by_the_kernel_names_the_file_and_errno_and_leaves_no_par
         resource.setrlimit(resource.RLIMIT_FSIZE, limit)
         signal.signal(signal.SIGXFSZ, handler)
     message = str(err.value)
-    assert os.path.join(root, ".tmp-step_2", OPTIM_FILE) in message and "[Errno 27 EFBIG] File too large" in message
+    assert os.path.join(root, ".tmp-step_2", name) in message and "[Errno 27 EFBIG] File too large" in message
     assert "step_1 is intact" in message
     assert sorted(n for n in os.listdir(root) if "step_" in n) == ["step_1"]  # no .tmp-step_2 left
     assert latest_checkpoint(root) == "step_1"
