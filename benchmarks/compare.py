@@ -15,7 +15,8 @@
   succeed). An interrupted run continues from its latest complete checkpoint (train.py --resume auto, which restores
   the weights, optimiser, data position and RNG: tests/test_fault_tolerance.py checks that a resumed run matches an
   uninterrupted one), or only re-evaluates when its training had finished; run.json records `resumed_from`.
-  `--restart_interrupted` starts such a run over instead. Long runs should pass --save_steps so that little is lost.
+  `--restart_interrupted` starts such a run over instead. A SIGTERM to compare.py stops the running train.py after
+  its step and checkpoint (benchmarks/run_child.py) and exits 143. Long runs should pass --save_steps so that little is lost.
 - Writes RESULTS.json (per-seed values, `seeds`, the config, paired differences with a bootstrap CI and a sign
   test), RESULTS.md and RESULTS.png (needs matplotlib, from requirements-bench.txt). `--also SPEC` adds secondary
   metrics (e.g. final correctness), reported the same way and labelled as not deciding.
@@ -46,6 +47,7 @@ import time
 from benchmarks.compare_archive import archive_run, archive_sweep_file, command_id, complete_seeds, runs_by_command
 from benchmarks.compare_metrics import CompareError, Metric, first_sustained_step, metric_value, parse_metric  # noqa: F401
 from benchmarks.mechanisms.paired import PAIRED_HEADER, format_paired_row, paired
+from benchmarks import run_child
 from benchmarks.ports import free_port
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -93,8 +95,7 @@ def git_commit() -> str:
 
 
 def _call(cmd, log_path: str, what: str, append: bool = False):
-    with open(log_path, "a" if append else "w") as log:
-        code = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT).returncode
+    code = run_child.call(cmd, REPO, log_path, what, append=append)  # a SIGTERM stops the run cleanly: run_child.py
     if code != 0:
         with open(log_path) as f:
             tail = f.read()[-3000:]
@@ -362,6 +363,9 @@ def main(argv=None):
         result = sweep(a)
     except CompareError as exc:
         sys.exit(f"compare.py: error: {exc}")
+    except run_child.Interrupted as exc:  # the run saved its checkpoint (if it had started training) and stopped
+        print(f"compare.py: {exc}; run the same command again to continue it", file=sys.stderr, flush=True)
+        sys.exit(128 + exc.signum)
     if result is None:  # --plan
         return None
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
