@@ -34,6 +34,15 @@ def mean_se(values: list) -> tuple:
     return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
 
 
+def fmt(value: float, signed: bool = True) -> str:
+    """Three decimals, or two significant digits in e-notation when a non-zero value would print as 0.000: a
+    Conductor that barely moves must read as "moved by 3e-05", not as a bare "-0.000"."""
+    sign = "+" if signed else ""
+    if value != 0 and abs(value) < 5e-4:
+        return f"{value:{sign}.1e}"
+    return f"{value:{sign}.3f}"
+
+
 def separation(runs: list, kinds: tuple, last: int) -> dict:
     """runs: load_runs' [(method, seed, rows)]. Returns {"seeds": [...], "diff": {reward: [per-seed second - first]},
     "l1": [per-seed distance]} over the runs that log conductor/pi per kind."""
@@ -62,10 +71,10 @@ def report(runs_dir: str, kinds: tuple, last: int) -> str:
         mean, se = mean_se(diffs)
         one_sign = all(d > 0 for d in diffs) or all(d < 0 for d in diffs)
         separates = "yes" if one_sign and len(diffs) > 1 and abs(mean) > 2 * se else "no"
-        lines.append(f"| {name} | {', '.join(f'{d:+.3f}' for d in diffs)} | {mean:+.3f} ± {se:.3f} | {separates} |")
+        lines.append(f"| {name} | {', '.join(fmt(d) for d in diffs)} | {fmt(mean)} ± {fmt(se, False)} | {separates} |")
     if s["l1"]:
         mean, se = mean_se(s["l1"])
-        lines.append(f"| (L1 distance) | {', '.join(f'{d:.3f}' for d in s['l1'])} | {mean:.3f} ± {se:.3f} | |")
+        lines.append(f"| (L1 distance) | {', '.join(fmt(d, False) for d in s['l1'])} | {fmt(mean, False)} ± {fmt(se, False)} | |")
     else:
         lines.append("| (no run logs conductor/pi per kind) | | | |")
     return "\n".join(lines) + "\n"

@@ -46,3 +46,8 @@ def test_bad_kinds_are_refused_by_flag(tmp_path, capsys):
     with pytest.raises(SystemExit):
         kind_separation.main([str(tmp_path), "--kinds", "arith"])
     assert "--kinds needs exactly two kinds" in capsys.readouterr().err
+
+
+def test_a_barely_moving_conductor_prints_its_size_not_minus_zero():
+    assert kind_separation.fmt(-3.2e-5) == "-3.2e-05" and kind_separation.fmt(0.2) == "+0.200"
+    assert kind_separation.fmt(0.0) == "+0.000" and kind_separation.fmt(4e-6, signed=False) == "4.0e-06"
