@@ -8,7 +8,7 @@ from rl.config import parse_args
 from rl.data import DataSettings, training_rows
 from rl.scoring import Scorer, ScoringSettings
 
-VARIABLES = ("BACKEND", "URL", "SCORE", "EVAL_SPLIT", "TASKS_DIR")
+VARIABLES = ("BACKEND", "URL", "SCORE", "EVAL_SPLIT", "TASKS_DIR", "CELL_TIMEOUT")
 
 
 @pytest.fixture
@@ -66,3 +66,13 @@ def test_a_bad_value_from_a_variable_is_refused_naming_it(tiny_model_dir, clean_
     with pytest.raises(SystemExit) as exc:
         _args(tiny_model_dir)
     assert "--appworld_backend" in str(exc.value) and "CREDO_APPWORLD_BACKEND" in str(exc.value)
+
+
+@pytest.mark.parametrize("value", ["five", "0", "-1"])
+def test_a_bad_cell_timeout_is_refused_at_parsing_naming_the_variable(tiny_model_dir, clean_environ, value):
+    clean_environ.setenv("CREDO_APPWORLD_CELL_TIMEOUT", value)
+    with pytest.raises(SystemExit) as exc:
+        _args(tiny_model_dir)
+    assert "CREDO_APPWORLD_CELL_TIMEOUT" in str(exc.value) and repr(value) in str(exc.value)
+    clean_environ.setenv("CREDO_APPWORLD_CELL_TIMEOUT", "2.5")
+    assert _args(tiny_model_dir).env == "appworld"  # a positive number of seconds is accepted

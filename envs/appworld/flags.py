@@ -9,6 +9,7 @@ import os
 BACKENDS = ("lite", "remote")
 SCORES = ("fraction", "success")
 DEFAULT_URL = "http://127.0.0.1:8000"
+CELL_TIMEOUT_VARIABLE = "CREDO_APPWORLD_CELL_TIMEOUT"  # read by envs/appworld/lite/backend.py
 # flag -> (environment variable giving its default, the constructor / dataset keyword it fills)
 SETTINGS = {"appworld_backend": ("CREDO_APPWORLD_BACKEND", "backend"),
             "appworld_url": ("CREDO_APPWORLD_URL", "url"),
@@ -22,7 +23,10 @@ def _default(flag: str):
 
 
 def add_appworld_flags(parser):
-    g = parser.add_argument_group("AppWorld (--env appworld)")
+    g = parser.add_argument_group(
+        "AppWorld (--env appworld)",
+        f"${CELL_TIMEOUT_VARIABLE} sets the lite backend's seconds per code cell (default 5; keep a step's cell, "
+        "judging and start-up under --reward_timeout)")
     g.add_argument("--appworld_backend", choices=BACKENDS, default=_default("appworld_backend"),
                    help="lite: the offline stand-in; remote: real AppWorld servers (default: $CREDO_APPWORLD_BACKEND or lite)")
     g.add_argument("--appworld_url", default=_default("appworld_url"),
@@ -39,11 +43,21 @@ def add_appworld_flags(parser):
 
 
 def check_appworld_flags(args, bad) -> None:
-    """Refuse a bad value that argparse's choices cannot see: one that came from a CREDO_APPWORLD_* default."""
+    """Refuse a bad value that argparse's choices cannot see: one that came from a CREDO_APPWORLD_* variable."""
     for flag, allowed in (("appworld_backend", BACKENDS), ("appworld_score", SCORES)):
         value = getattr(args, flag, None)
         if value is not None and value not in allowed:
             bad(f"--{flag} (here from ${SETTINGS[flag][0]}) must be one of {', '.join(allowed)}, got {value!r}")
+    cell_timeout = os.environ.get(CELL_TIMEOUT_VARIABLE)
+    if cell_timeout is not None and not _positive_number(cell_timeout):
+        bad(f"${CELL_TIMEOUT_VARIABLE} must be a positive number of seconds, got {cell_timeout!r}")
+
+
+def _positive_number(text: str) -> bool:
+    try:
+        return float(text) > 0
+    except ValueError:
+        return False
 
 
 def appworld_settings(args) -> dict:

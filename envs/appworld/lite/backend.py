@@ -31,6 +31,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from envs.appworld.flags import CELL_TIMEOUT_VARIABLE
 from envs.appworld.lite import apps, jail, protocol
 from envs.appworld.lite.host import judge, rejected
 from envs.appworld.lite.tasks import Task, load_task
@@ -100,7 +101,7 @@ class LiteBackend:
     def __init__(self):
         jail.require_sandbox()
         self.sessions = {}
-        self.timeout_s = float(os.environ.get("CREDO_APPWORLD_CELL_TIMEOUT", "5"))  # seconds per cell
+        self.timeout_s = float(os.environ.get(CELL_TIMEOUT_VARIABLE, "5"))  # seconds per cell, checked at flag parsing
 
     def _session(self, task_id: str) -> Session:
         if task_id not in self.sessions:
