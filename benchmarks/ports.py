@@ -1,6 +1,6 @@
 """A free TCP port for a launcher's rendezvous (--master_port), for the benchmarks and the tests that start one.
 
-scripts/launch.py keeps its own copy on purpose: it runs before the venv's packages are needed (stdlib only).
+scripts/launch.py keeps a picker of its own: a user's launch prefers DeepSpeed's default port 29500 while it is free.
 """
 import socket
 

@@ -16,6 +16,8 @@ import subprocess
 
 import psutil
 
+from rl.launch_ranks import deepspeed_ranks
+
 
 class Interrupted(Exception):
     """The child was stopped because compare.py received `signum`."""
@@ -23,22 +25,6 @@ class Interrupted(Exception):
     def __init__(self, signum: int, what: str):
         super().__init__(f"{what} stopped by {signal.Signals(signum).name}")
         self.signum = signum
-
-
-def training_ranks(root_pid: int) -> list:
-    """The rank processes below a `deepspeed` launch: the direct children of DeepSpeed's launch.py."""
-    try:
-        tree = psutil.Process(root_pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-    ranks = []
-    for proc in tree:
-        try:
-            if "deepspeed.launcher.launch" in " ".join(proc.cmdline()):
-                ranks.extend(proc.children())
-        except psutil.Error:  # it exited while we looked
-            continue
-    return ranks
 
 
 def _signal_all(processes, signum: int):
@@ -58,7 +44,7 @@ def call(cmd, cwd: str, log_path: str, what: str, append: bool = False) -> int:
 
         def forward(signum, frame):
             received.append(signum)
-            ranks = training_ranks(child.pid)
+            ranks = deepspeed_ranks(child.pid)
             if ranks:
                 _signal_all(ranks, signum)
                 return

@@ -24,6 +24,8 @@ import sys
 
 import psutil
 
+from rl.launch_ranks import deepspeed_ranks
+
 DEFAULT_PORT = 29500  # DeepSpeed's own default, kept when it is free so that nothing changes for a quiet machine
 
 
@@ -59,19 +61,6 @@ def with_master_port(argv: list) -> list:
     return ["--master_port", str(pick_free_port()), *argv]
 
 
-def rank_processes(launcher: psutil.Process) -> list:
-    """The training processes: descendants of the launcher that are not DeepSpeed's own launcher processes."""
-    ranks = []
-    for proc in launcher.children(recursive=True):
-        try:
-            cmdline = " ".join(proc.cmdline())
-        except psutil.Error:
-            continue
-        if "deepspeed.launcher" not in cmdline and "--local_rank" in cmdline:
-            ranks.append(proc)
-    return ranks
-
-
 class Forwarder:
     """Signal handler state: the first signal goes to the ranks (they save), a second kills the launch."""
 
@@ -89,10 +78,7 @@ class Forwarder:
         if self.multi_node:
             self.launcher.send_signal(signum)
             return
-        try:
-            ranks = rank_processes(psutil.Process(self.launcher.pid))
-        except psutil.NoSuchProcess:
-            ranks = []
+        ranks = deepspeed_ranks(self.launcher.pid)
         print(f"\nlaunch.py: {name}: asking {len(ranks)} rank(s) to finish the step and save "
               f"(again to kill without saving)", file=sys.stderr, flush=True)
         for proc in ranks:
