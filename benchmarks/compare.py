@@ -6,7 +6,8 @@
         --metric first_step:reward/answer_line/mean:0.8:3 --eval_args "--limit 200"
 
 - The first --method is the baseline; every other method is compared with it seed by seed (the same seeds run
-  under every method, seed-major order, so an interrupted sweep leaves complete pairs first).
+  under every method, seed-major order, so an interrupted sweep leaves complete pairs first). With three or more
+  methods the others are also paired with each other (`between_methods`), reported apart as not pre-registered.
 - The deciding metric is named before anything runs and pre-registered in CACHE_DIR/NAME.sweep.json; a later
   invocation of the same sweep that names another metric is refused (use another --name).
 - Each run is cached under the SHA-256 of its full config: train.py's resolved flags (parsed by rl.config, so
@@ -181,6 +182,17 @@ def eval_argv_for(eval_args, config: dict):
     return argv
 
 
+def between_methods(runs: dict, baseline: str, specs: list) -> dict:
+    """Every later non-baseline method against every earlier one (e.g. tcpo vs mt_grpo), per metric spec: reported
+    apart and labelled not pre-registered, since a sweep pre-registers each method against the baseline.
+    runs: label -> per-seed records (seed order shared), each with "value" (the first spec) and "also" (the rest)."""
+    def values(label, spec):
+        return [r["value"] if spec == specs[0] else r["also"][spec] for r in runs[label]]
+    others = [label for label in runs if label != baseline]
+    return {spec: {f"{b} vs {a}": paired(values(b, spec), values(a, spec))
+                   for i, a in enumerate(others) for b in others[i + 1:]} for spec in specs} if len(others) > 1 else {}
+
+
 def sweep(a) -> dict:
     metric = parse_metric(a.metric)
     secondary = [parse_metric(spec) for spec in a.also]
@@ -272,6 +284,7 @@ def sweep(a) -> dict:
                        "num_gpus": a.num_gpus, "cache_dir": a.cache_dir,
                        "resolved": {label: next(p[5] for p in planned if p[0] == label) for label in methods}},
             "runs": runs, "comparisons": comparisons, "secondary_comparisons": secondary_comparisons,
+            "between_methods": between_methods(runs, baseline, [metric.spec, *(m.spec for m in secondary)]),
             "ran_this_invocation": len(ran), "commit": git_commit()}
 
 
@@ -298,6 +311,9 @@ def report(result: dict) -> str:
     lines += [format_paired_row(label, c, digits=4) for label, c in result["comparisons"].items()]
     for spec, comps in result.get("secondary_comparisons", {}).items():
         lines += [f"\nSecondary, not deciding: `{spec}` (a - b):\n", PAIRED_HEADER]
+        lines += [format_paired_row(label, c, digits=4) for label, c in comps.items()]
+    for spec, comps in result.get("between_methods", {}).items():
+        lines += [f"\nBetween the non-baseline methods, not pre-registered: `{spec}` (a - b):\n", PAIRED_HEADER]
         lines += [format_paired_row(label, c, digits=4) for label, c in comps.items()]
     return "\n".join(lines) + "\n"
 

@@ -32,6 +32,26 @@ def test_a_malformed_metric_is_refused_with_the_forms_it_accepts():
     assert "lower is better" in regression.describe()
 
 
+def test_the_non_baseline_methods_are_also_paired_with_each_other_and_labelled_not_pre_registered():
+    def seeds(*values):
+        return [{"value": v, "also": {"eval:pass@1": 1 - v}} for v in values]
+    runs = {"grpo": seeds(0.5, 0.6), "mt_grpo": seeds(0.2, 0.4), "tcpo": seeds(0.1, 0.1)}
+    between = compare.between_methods(runs, "grpo", ["eval:regression_rate:lower", "eval:pass@1"])
+    assert list(between["eval:regression_rate:lower"]) == ["tcpo vs mt_grpo"]  # never against the baseline
+    assert between["eval:regression_rate:lower"]["tcpo vs mt_grpo"]["diffs"] == pytest.approx([-0.1, -0.3])
+    assert between["eval:pass@1"]["tcpo vs mt_grpo"]["mean_diff"] == pytest.approx(0.2)
+    assert compare.between_methods({"grpo": seeds(0.5), "tcpo": seeds(0.1)}, "grpo", ["m"]) == {}  # two methods
+    result = {"name": "s", "deciding_metric": {"spec": "m", "description": "d", "higher_is_better": False},
+              "baseline": "grpo", "methods": {k: "" for k in runs}, "seeds": [1, 2], "commit": "c" * 40,
+              "config": {"train_args": "", "eval_args": "", "num_gpus": 1},
+              "runs": {k: [dict(r, seed=i + 1, censored=False, commit="c" * 40) for i, r in enumerate(v)]
+                       for k, v in runs.items()},
+              "comparisons": {}, "between_methods": between}
+    text = compare.report(result)
+    assert "Between the non-baseline methods, not pre-registered: `eval:regression_rate:lower`" in text
+    assert "| tcpo vs mt_grpo | 0.1000 | 0.3000 | -0.2000 ± 0.1000 |" in text
+
+
 def test_a_sweep_cannot_switch_its_deciding_metric_after_the_first_invocation(tmp_path):
     path = str(tmp_path / "s.sweep.json")
     compare.preregister(path, compare.parse_metric("eval:pass@1"), "gdpo")
