@@ -11,6 +11,8 @@ import torch
 import deepspeed.comm as dist
 from deepspeed.accelerator import get_accelerator
 
+from rl.comm_op_build import load_shm_comm_op
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -23,8 +25,11 @@ def init_distributed(timeout=None):
     if "LOCAL_RANK" in os.environ:
         get_accelerator().set_device(int(os.environ["LOCAL_RANK"]))
     # DeepSpeed JIT-builds its CPU shared-memory comm op at init. A build folder per checkout keeps two
-    # checkouts (or venvs) from rebuilding over each other's files and waiting on each other's lock.
-    os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(REPO_ROOT, ".cache", "torch_extensions"))
+    # checkouts (or venvs) from rebuilding over each other's files and waiting on each other's lock; the op is
+    # loaded first under a lock that a killed build cannot leave behind (rl/comm_op_build.py).
+    own_dir = os.path.join(REPO_ROOT, ".cache", "torch_extensions")
+    extensions_dir = os.environ.setdefault("TORCH_EXTENSIONS_DIR", own_dir)
+    load_shm_comm_op(extensions_dir, owned=os.path.abspath(extensions_dir) == own_dir)
     deepspeed.init_distributed(**({"timeout": timeout} if timeout is not None else {}))
     unlink_shm_buffer()
 

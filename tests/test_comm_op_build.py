@@ -1,0 +1,63 @@
+"""A launch after a killed comm-op build runs instead of waiting for ever on the lock it left (rl/comm_op_build.py)."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from rl.comm_op_build import build_lock, remove_stale_batons
+from rl.dist import REPO_ROOT
+from tests.helpers import run_train
+
+HOLD = ("import sys, time\n"
+        "from rl.comm_op_build import build_lock\n"
+        "with build_lock(sys.argv[1]):\n"
+        "    print('held', flush=True)\n"
+        "    time.sleep(60)\n")
+
+
+def test_the_build_lock_is_exclusive_and_released_when_its_holder_is_killed(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        waiter = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                                  env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+        time.sleep(2)
+        assert waiter.poll() is None  # still waiting for the lock
+        holder.send_signal(signal.SIGKILL)  # killed mid-build: the kernel drops its flock
+        assert waiter.stdout.readline().strip() == "held"
+        waiter.kill()
+        waiter.wait()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_only_torchs_lock_files_are_removed(tmp_path):
+    (tmp_path / "deepspeed_shm_comm").mkdir()
+    (tmp_path / "deepspeed_shm_comm" / "lock").write_text("")
+    (tmp_path / "deepspeed_shm_comm" / "build.ninja").write_text("")
+    with build_lock(str(tmp_path)):
+        assert remove_stale_batons(str(tmp_path)) == [str(tmp_path / "deepspeed_shm_comm" / "lock")]
+    assert sorted(p.name for p in (tmp_path / "deepspeed_shm_comm").iterdir()) == ["build.ninja"]
+
+
+def test_a_launch_after_a_killed_build_does_not_wait_on_its_lock(tiny_model_dir, tmp_path):
+    # The lock a process killed inside torch's build section leaves (torch/utils/file_baton.py): before the fix a
+    # launch waited on it for ever, silently, after "Setting accelerator to CPU".
+    build_dir = os.path.join(REPO_ROOT, ".cache", "torch_extensions", "deepspeed_shm_comm")
+    os.makedirs(build_dir, exist_ok=True)
+    stale = os.path.join(build_dir, "lock")
+    open(stale, "w").close()
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"problem": "1+1", "answer": "2"}\n{"problem": "2+2"\n')  # stops right after init: quick
+    try:
+        proc = run_train(["--model_name_or_path", tiny_model_dir, "--env", "math", "--data_path", str(data),
+                          "--output_dir", str(tmp_path / "out")], launcher=False, timeout=300)
+    finally:
+        if os.path.exists(stale):
+            os.remove(stale)  # never leave the planted lock for the rest of the suite
+            raise AssertionError("the stale lock was not removed")
+    assert f"{data}:2: malformed JSON" in proc.stderr, proc.stderr[-2000:]
+    assert "build lock left by a process killed" in proc.stderr
