@@ -7,8 +7,8 @@ behind: every later launch then waits on it for ever, silently, after "Setting a
 loaded before deepspeed.init_distributed, holding an flock (which the kernel releases when its holder dies) on a
 file beside the build folders. Every credo process loads the op only inside that flock, and DeepSpeed's own load in
 init_distributed is then answered from DeepSpeed's in-process cache (op_builder/builder.py `_loaded_ops`) without
-touching torch's lock. So a `lock` file found while holding the flock was left by a dead process, and is removed.
-That is done only in credo's own build folder (rl/dist.py's default TORCH_EXTENSIONS_DIR): in a folder a user
+touching torch's lock. So a `lock` in the comm op's build folder, found while holding the flock, was left by a dead
+process, and is removed (other ops' folders are not touched: they are built outside this flock). That is done only in credo's own build folder (rl/dist.py's default TORCH_EXTENSIONS_DIR): in a folder a user
 shares with other programs, a `lock` may be live.
 """
 import fcntl
@@ -32,18 +32,17 @@ def build_lock(extensions_dir: str):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def remove_stale_batons(extensions_dir: str) -> list:
-    """Delete torch's `lock` files in extensions_dir's build folders; call only while holding build_lock.
-    Returns the paths removed."""
-    removed = []
-    for entry in sorted(os.listdir(extensions_dir)):
-        baton = os.path.join(extensions_dir, entry, "lock")
-        if os.path.isfile(baton):
-            os.remove(baton)
-            removed.append(baton)
-            logger.warning("removed %s: a build lock left by a process killed while building DeepSpeed's comm op "
-                           "(it would have made this launch wait for ever)", baton)
-    return removed
+def remove_stale_baton(extensions_dir: str, op_name: str) -> list:
+    """Delete torch's `lock` file in the build folder of op_name; call only while holding build_lock. Only that
+    folder: other ops (DeepSpeed's cpu_adam under --offload, say) are built outside this lock, so their `lock` may
+    belong to a live build of another run. Returns the paths removed."""
+    baton = os.path.join(extensions_dir, op_name, "lock")
+    if not os.path.isfile(baton):
+        return []
+    os.remove(baton)
+    logger.warning("removed %s: a build lock left by a process killed while building DeepSpeed's comm op "
+                   "(it would have made this launch wait for ever)", baton)
+    return [baton]
 
 
 def load_shm_comm_op(extensions_dir: str, owned: bool) -> None:
@@ -57,5 +56,5 @@ def load_shm_comm_op(extensions_dir: str, owned: bool) -> None:
         return
     with build_lock(extensions_dir):
         if owned:
-            remove_stale_batons(extensions_dir)
+            remove_stale_baton(extensions_dir, builder.name)  # torch builds op `name` in extensions_dir/name
         builder.load(verbose=False)

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import time
 
-from rl.comm_op_build import build_lock, remove_stale_batons
+from rl.comm_op_build import build_lock, remove_stale_baton
 from rl.dist import REPO_ROOT
 from tests.helpers import run_train
 
@@ -34,13 +34,17 @@ def test_the_build_lock_is_exclusive_and_released_when_its_holder_is_killed(tmp_
         holder.wait()
 
 
-def test_only_torchs_lock_files_are_removed(tmp_path):
+def test_only_the_comm_ops_torch_lock_is_removed(tmp_path):
     (tmp_path / "deepspeed_shm_comm").mkdir()
     (tmp_path / "deepspeed_shm_comm" / "lock").write_text("")
     (tmp_path / "deepspeed_shm_comm" / "build.ninja").write_text("")
+    (tmp_path / "cpu_adam").mkdir()
+    (tmp_path / "cpu_adam" / "lock").write_text("")  # another op, built outside the flock: maybe a live build
     with build_lock(str(tmp_path)):
-        assert remove_stale_batons(str(tmp_path)) == [str(tmp_path / "deepspeed_shm_comm" / "lock")]
+        removed = remove_stale_baton(str(tmp_path), "deepspeed_shm_comm")
+        assert removed == [str(tmp_path / "deepspeed_shm_comm" / "lock")]
     assert sorted(p.name for p in (tmp_path / "deepspeed_shm_comm").iterdir()) == ["build.ninja"]
+    assert (tmp_path / "cpu_adam" / "lock").exists()
 
 
 def test_a_launch_after_a_killed_build_does_not_wait_on_its_lock(tiny_model_dir, tmp_path):
