@@ -8,8 +8,9 @@ loaded before deepspeed.init_distributed, holding an flock (which the kernel rel
 file beside the build folders. Every credo process loads the op only inside that flock, and DeepSpeed's own load in
 init_distributed is then answered from DeepSpeed's in-process cache (op_builder/builder.py `_loaded_ops`) without
 touching torch's lock. So a `lock` in the comm op's build folder, found while holding the flock, was left by a dead
-process, and is removed (other ops' folders are not touched: they are built outside this flock). That is done only in credo's own build folder (rl/dist.py's default TORCH_EXTENSIONS_DIR): in a folder a user
-shares with other programs, a `lock` may be live.
+process, and is removed (other ops' folders are not touched: they are built outside this flock). That is done
+only in credo's own build folder (rl/dist.py's default TORCH_EXTENSIONS_DIR): in a folder a user shares with other
+programs, a `lock` may be live.
 """
 import fcntl
 import logging
