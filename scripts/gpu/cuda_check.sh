@@ -5,6 +5,9 @@
 #   2. --enable_hybrid_engine on that Llama: one warning that rl/engine.py refuses it, then gather-and-generate;
 #   3. rl/dist.py on a one-rank NCCL group: every collective gets the GPU tensor, results come back on the caller's
 #      device (scripts/gpu/dist_probe.py).
+#   4. --offload under ZeRO-3 at --dtype auto (bf16 on CUDA): DeepSpeedCPUAdam built there, 2 steps;
+#   5. --lora_r 4 --gradient_checkpointing under ZeRO-3, bf16, 2 steps;
+#   6. eval.py (one process, no launcher) on the tiny Llama, 2 turns x 2 samples: a results.json from the GPU.
 # Writes $OUT/cuda_check.md (what ran, versions, pass/fail, the tails of the logs) and the logs beside it.
 #
 # Here (network or package index, before the GPU session):  bash scripts/gpu/cuda_check.sh --prepare
@@ -93,9 +96,8 @@ TINY=(--model_name_or_path "$OUT/tiny_llama" --env tests.fixture_envs:DigitFract
       --per_device_generation_batch_size 2 --max_answer_seq_len 12 --temperature 1.0 --actor_learning_rate 1e-2
       --num_train_samples 200 --actor_zero_stage 3 --dtype "$DTYPE" --resume none --no_final_export)
 
-zero3_two_steps() {
-  launch zero3_bf16 train.py "${TINY[@]}" --beta 0.05 --max_steps 2 --output_dir "$OUT/zero3_bf16" || return 1
-  "$PYTHON" - "$OUT/zero3_bf16/metrics.jsonl" >> "$OUT/zero3_bf16.log" 2>&1 <<'EOF'
+two_finite_steps() {  # two_finite_steps NAME: NAME's metrics.jsonl holds 2 steps, finite, none skipped
+  "$PYTHON" - "$OUT/$1/metrics.jsonl" >> "$OUT/$1.log" 2>&1 <<'EOF'
 import json, math, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 keys = ("actor/loss", "actor/grad_norm", "actor/kl", "train/skipped_step")
@@ -106,6 +108,32 @@ assert all(math.isfinite(r["actor/loss"]) and math.isfinite(r["actor/grad_norm"]
 assert all(r["train/skipped_step"] == 0 for r in rows)
 print("2 steps, finite loss and gradient norm, none skipped")
 EOF
+}
+
+zero3_two_steps() {
+  launch zero3_bf16 train.py "${TINY[@]}" --beta 0.05 --max_steps 2 --output_dir "$OUT/zero3_bf16" || return 1
+  two_finite_steps zero3_bf16
+}
+
+offload_two_steps() {  # the optimizer on the CPU (DeepSpeedCPUAdam, JIT-built), the parameters on the GPU
+  launch offload train.py "${TINY[@]}" --offload --dtype auto --max_steps 2 --output_dir "$OUT/offload" || return 1
+  two_finite_steps offload || return 1
+  [ "$DTYPE" = fp32 ] || grep -q -- "--dtype auto: bf16" "$OUT/offload.log"  # on CUDA auto must mean bf16
+}
+
+lora_checkpointing_two_steps() {
+  launch lora_gc train.py "${TINY[@]}" --lora_r 4 --lora_alpha 8 --gradient_checkpointing --beta 0.05 --max_steps 2 \
+    --output_dir "$OUT/lora_gc" || return 1
+  two_finite_steps lora_gc
+}
+
+eval_on_the_gpu() {
+  timeout "$STEP_TIMEOUT" "$PYTHON" eval.py --model_name_or_path "$OUT/tiny_llama" \
+    --env tests.fixture_envs:DigitFractionEnv --limit 8 --n 2 --k 1,2 --max_turns 2 --temperature 1.0 \
+    --max_new_tokens 6 --output_dir "$OUT/eval" > "$OUT/eval.log" 2>&1 || return 1
+  "$PYTHON" -c "import json, sys; r = json.load(open(sys.argv[1])); n = len(r['problems']); print(n, 'problems,',
+{k: r['metrics'][k] for k in ('pass@1', 'best_turn_pass@2')}); sys.exit(n != 8)" "$OUT/eval/results.json" \
+    >> "$OUT/eval.log" 2>&1
 }
 
 hybrid_engine_refused() {
@@ -126,6 +154,10 @@ check zero3_bf16 "train.py, tiny random Llama, ZeRO-3 ($DTYPE), beta 0.05 (a ZeR
 check hybrid_engine "--enable_hybrid_engine on the Llama: one warning naming the refusal, then the HF fallback" \
   hybrid_engine_refused
 check dist_probe "rl/dist.py on a one-rank process group (checks in dist_probe.json)" collectives_on_the_gpu
+check offload "train.py --offload --dtype auto, ZeRO-3, 2 steps (the optimizer on the CPU)" offload_two_steps
+check lora_gc "train.py --lora_r 4 --gradient_checkpointing, ZeRO-3 ($DTYPE), beta 0.05, 2 steps" \
+  lora_checkpointing_two_steps
+check eval "eval.py on the tiny Llama, one process: 8 problems x 2 samples x 2 turns" eval_on_the_gpu
 [ -f "$OUT/dist_probe.json" ] && { echo; echo '```json'; cat "$OUT/dist_probe.json"; echo '```'; } >> "$REPORT"
 
 echo "report: $REPORT"
