@@ -136,7 +136,7 @@ def _layout(tokenizer, prompts, segments, turn_scores, completions, samples, gro
             input_ids[i, width_p:width_p + len(body)] = torch.tensor([t for t, _ in body])
             turn_ids[i, :len(body)] = torch.tensor([k for _, k in body])
     return Rollout(input_ids=input_ids.to(device), attention_mask=attention.to(device),
-                   response_mask=(turn_ids >= 0).float().to(device), prompt_len=width_p, group_ids=group_ids.to(device),
+                   response_mask=(turn_ids >= 0).float().to(device), prompt_len=width_p, group_ids=group_ids.cpu(),
                    completions=completions, samples=samples, turn_ids=turn_ids.to(device), turn_scores=turn_scores)
 
 

@@ -16,7 +16,7 @@ class Rollout:
     attention_mask: torch.Tensor   # Tensor[N, P + R] long
     response_mask: torch.Tensor    # Tensor[N, R] float
     prompt_len: int                # P, the padded prompt width
-    group_ids: torch.Tensor        # Tensor[N] long, global prompt index: same id = same prompt
+    group_ids: torch.Tensor        # Tensor[N] long on the CPU (row metadata, like scores), global prompt index
     completions: list              # N decoded final responses (the last turn's text)
     samples: list                  # N dataset rows (the prompt's sample repeated G times)
     turn_ids: torch.Tensor = None  # Tensor[N, R] long, turn index (from 0) of each model token, -1 elsewhere
@@ -42,14 +42,21 @@ class Rollout:
 
     def gather(self) -> "GlobalBatch":
         """The batch-global view the advantages need: every rank's rows, in rank order (a collective: every rank
-        calls it). Group and batch statistics over it are exact whatever the placement of groups on ranks."""
+        calls it). Group and batch statistics over it are exact whatever the placement of groups on ranks.
+
+        Every tensor of it is on the CPU, whatever device each came from: the rewards are computed there, the
+        response lengths come from the GPU's mask, and the advantage maths mixes them (per-response scalars, under
+        0.1% of a step). The trainer moves the advantages to the actor's device."""
         from rl import dist
-        return GlobalBatch(scores=dist.all_gather_cat(self.scores), group_ids=dist.all_gather_cat(self.group_ids),
-                           lengths=dist.all_gather_cat(self.response_mask.sum(-1)),
-                           components={k: dist.all_gather_cat(v) for k, v in self.components.items()},
-                           correctness=dist.all_gather_cat(self.correctness),
-                           turn_scores=dist.all_gather_cat(self.turn_scores),
-                           extras={k: dist.all_gather_cat(self.extras[k]) for k in sorted(self.extras)})
+
+        def gathered(t):
+            return dist.all_gather_cat(t).cpu()
+
+        return GlobalBatch(scores=gathered(self.scores), group_ids=gathered(self.group_ids),
+                           lengths=gathered(self.response_mask.sum(-1)),
+                           components={k: gathered(v) for k, v in self.components.items()},
+                           correctness=gathered(self.correctness), turn_scores=gathered(self.turn_scores),
+                           extras={k: gathered(self.extras[k]) for k in sorted(self.extras)})
 
     def token_advantages(self, rows: slice) -> torch.Tensor:
         """Tensor[B, R]: each model token gets its response's (or its turn's) advantage; 0 elsewhere."""

@@ -151,7 +151,10 @@ class Maestro(Method):
         self.learner = ConductorLearner(hidden_size(model), len(self.names), lr=args.maestro_lr,
                                         entropy_coef=args.maestro_entropy_coef,
                                         update_interval=args.maestro_update_interval, tau_init=args.maestro_tau_init,
-                                        hidden_norm=args.maestro_hidden_norm, seed=args.seed, device=ctx.actor.device)
+                                        hidden_norm=args.maestro_hidden_norm, seed=args.seed)
+        # The Conductor lives on the CPU, with the scores and reward components it mixes and the CPU generator its
+        # actions are sampled from; only the actor's hidden states come from the GPU (moved in `weights`). On the
+        # actor's device its actions were CUDA tensors mixed with CPU components: every GPU step failed.
 
     def response_kl(self, batch) -> torch.Tensor:
         """Per-response mean KL(policy || reference) over its tokens (--kl_type estimator). Tensor[n] on CPU.

@@ -7,7 +7,9 @@
 #      device (scripts/gpu/dist_probe.py).
 #   4. --offload under ZeRO-3 at --dtype auto (bf16 on CUDA): DeepSpeedCPUAdam built there, 2 steps;
 #   5. --lora_r 4 --gradient_checkpointing under ZeRO-3, bf16, 2 steps;
-#   6. eval.py (one process, no launcher) on the tiny Llama, 2 turns x 2 samples: a results.json from the GPU.
+#   6. eval.py (one process, no launcher) on the tiny Llama, 2 turns x 2 samples: a results.json from the GPU;
+#   7. the methods whose data crosses devices: --algo tcpo (3 turns to the end), maestro (its Conductor), dara.
+# The checks run side by side (one GPU, 16 cores, each launch on its own port); SERIAL=1 runs them in turn.
 # Writes $OUT/cuda_check.md (what ran, versions, pass/fail, the tails of the logs) and the logs beside it.
 #
 # Here (network or package index, before the GPU session):  bash scripts/gpu/cuda_check.sh --prepare
@@ -41,7 +43,6 @@ OUT=$(cd "$OUT" && pwd)
 REPORT="$OUT/cuda_check.md"
 DEPS=${DEPS:-/tmp/credo_gpu_deps}
 STEP_TIMEOUT=${STEP_TIMEOUT:-240}
-results=()
 
 if "$PYTHON" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   DTYPE=bf16
@@ -82,13 +83,19 @@ launch() {  # launch NAME SCRIPT ARGS...: the real deepspeed launcher, one rank,
     > "$OUT/$name.log" 2>&1
 }
 
-check() {  # check NAME DESCRIPTION COMMAND...: run, record ok/FAILED and the log's tail in the report
+CHECKS=()   # the checks' names, in the report's order
+check() {  # check NAME DESCRIPTION COMMAND...: run COMMAND on its own port (in the background unless SERIAL=1)
   local name=$1 what=$2; shift 2
-  local t0=$SECONDS status
-  if "$@"; then status=ok; else status=FAILED; fi
-  results+=("$status")
-  { echo; echo "## $name: $status ($((SECONDS - t0)) s)"; echo; echo "$what"; echo; echo '```';
-    tail -n 25 "$OUT/$name.log" 2>/dev/null; echo '```'; } >> "$REPORT"
+  CHECKS+=("$name")
+  printf '%s\n' "$what" > "$OUT/$name.what"
+  local port=$((${PORT:-29517} + ${#CHECKS[@]}))
+  if [ "${SERIAL:-0}" = 1 ]; then run_check "$name" "$port" "$@"; else run_check "$name" "$port" "$@" & fi
+}
+
+run_check() {  # run_check NAME PORT COMMAND...: $OUT/NAME.status = "ok|FAILED SECONDS"
+  local name=$1 port=$2 t0=$SECONDS status; shift 2
+  if PORT=$port "$@"; then status=ok; else status=FAILED; fi
+  echo "$status $((SECONDS - t0))" > "$OUT/$name.status"
   echo "$name: $status"
 }
 
@@ -127,6 +134,24 @@ lora_checkpointing_two_steps() {
   two_finite_steps lora_gc
 }
 
+tcpo_two_steps() {  # turn-level credit, counterfactual turns sampled on the GPU, every episode played to 3 turns
+  launch tcpo train.py "${TINY[@]}" --algo tcpo --max_turns 3 --episode_end max_turns --tcpo_cf_budget 3 \
+    --max_steps 2 --output_dir "$OUT/tcpo" || return 1
+  two_finite_steps tcpo
+}
+
+maestro_two_steps() {  # the Conductor mixes policy rewards read off the GPU actor; it updates at step 2
+  launch maestro train.py "${TINY[@]}" --algo maestro --env mixed --maestro_update_interval 2 --maestro_lr 1e-2 \
+    --len_min 4 --len_max 12 --max_steps 2 --output_dir "$OUT/maestro" || return 1
+  two_finite_steps maestro
+}
+
+dara_two_steps() {  # several reward components through the killable reward workers, DARA's density weights
+  launch dara train.py "${TINY[@]}" --algo dara --dara_variant asym --reward_funcs correctness,length --length_limit 4 \
+    --max_steps 2 --output_dir "$OUT/dara" || return 1
+  two_finite_steps dara
+}
+
 eval_on_the_gpu() {
   timeout "$STEP_TIMEOUT" "$PYTHON" eval.py --model_name_or_path "$OUT/tiny_llama" \
     --env tests.fixture_envs:DigitFractionEnv --limit 8 --n 2 --k 1,2 --max_turns 2 --temperature 1.0 \
@@ -158,7 +183,19 @@ check offload "train.py --offload --dtype auto, ZeRO-3, 2 steps (the optimizer o
 check lora_gc "train.py --lora_r 4 --gradient_checkpointing, ZeRO-3 ($DTYPE), beta 0.05, 2 steps" \
   lora_checkpointing_two_steps
 check eval "eval.py on the tiny Llama, one process: 8 problems x 2 samples x 2 turns" eval_on_the_gpu
+check tcpo "train.py --algo tcpo --max_turns 3 --episode_end max_turns, ZeRO-3 ($DTYPE), 2 steps" tcpo_two_steps
+check maestro "train.py --algo maestro --env mixed (Conductor, policy rewards), ZeRO-3 ($DTYPE), 2 steps" \
+  maestro_two_steps
+check dara "train.py --algo dara --reward_funcs correctness,length, ZeRO-3 ($DTYPE), 2 steps" dara_two_steps
+wait
+failed=0
+for name in "${CHECKS[@]}"; do
+  read -r status seconds < "$OUT/$name.status" || status=FAILED
+  [ "$status" = ok ] || failed=1
+  { echo; echo "## $name: $status (${seconds:-?} s)"; echo; cat "$OUT/$name.what"; echo; echo '```';
+    tail -n 25 "$OUT/$name.log" 2>/dev/null; echo '```'; } >> "$REPORT"
+done
 [ -f "$OUT/dist_probe.json" ] && { echo; echo '```json'; cat "$OUT/dist_probe.json"; echo '```'; } >> "$REPORT"
 
 echo "report: $REPORT"
-for r in "${results[@]}"; do [ "$r" = ok ] || exit 1; done
+exit "$failed"
