@@ -19,13 +19,16 @@ from rl.sampling_signals import checked_signals
 
 
 def turn_surprisal(logp: torch.Tensor, turn_ids: torch.Tensor, num_turns: int) -> torch.Tensor:
-    """Mean negative log-likelihood of each turn's model tokens. logp, turn_ids: Tensor[N, R] -> Tensor[N, T]."""
+    """Mean negative log-likelihood of each turn's model tokens. logp, turn_ids: Tensor[N, R] on any device ->
+    Tensor[N, T] on the CPU, beside the turn scores it is ranked with (on CUDA the mask and the NaN fill met on two
+    devices before: the first GPU run of TCPO failed here)."""
+    logp, turn_ids = logp.float().cpu(), turn_ids.cpu()
     out = torch.full((logp.shape[0], num_turns), float("nan"))
     for k in range(num_turns):
         mask = (turn_ids == k).float()
         count = mask.sum(1)
         nll = -(logp * mask).sum(1) / count.clamp(min=1)
-        out[:, k] = torch.where(count > 0, nll.cpu(), torch.tensor(float("nan")))
+        out[:, k] = torch.where(count > 0, nll, torch.tensor(float("nan")))
     return out
 
 
