@@ -45,7 +45,8 @@ import subprocess
 import sys
 import time
 
-from benchmarks.compare_archive import archive_run, archive_sweep_file, command_id, complete_seeds, runs_by_command
+from benchmarks.compare_archive import (archive_run, archive_sweep_file, command_id, complete_seeds, restore_sweep_file,
+                                        runs_by_command)
 from benchmarks.compare_metrics import CompareError, Metric, first_sustained_step, metric_value, parse_metric  # noqa: F401
 from benchmarks.mechanisms.paired import PAIRED_HEADER, format_paired_row, paired
 from benchmarks import run_child
@@ -236,6 +237,8 @@ def sweep(a) -> dict:
             print(f"compare: {p[0]} seed {p[1]}: {'cached' if done(p) else 'to run'} ({p[2][:20]})")
         return None
     sweep_json = os.path.join(a.cache_dir, f"{a.name}.sweep.json")
+    if a.archive:
+        restore_sweep_file(sweep_json, a.archive)
     preregister(sweep_json, metric, baseline)
     if a.archive:
         archive_sweep_file(sweep_json, a.archive)

@@ -57,6 +57,16 @@ def archive_run(run_dir: str, archive_dir: str) -> str:
     return target
 
 
+def restore_sweep_file(sweep_json: str, archive_dir: str):
+    """A sweep continued from a fresh clone (an empty cache) takes its pre-registration from the archive, so that
+    its registration time survives and a switched metric is refused there too. Before, the empty cache registered
+    anew and the copy back overwrote the archive's file with that invocation's time and metric."""
+    archived = os.path.join(archive_dir, os.path.basename(sweep_json))
+    if os.path.exists(archived) and not os.path.exists(sweep_json):
+        os.makedirs(os.path.dirname(sweep_json), exist_ok=True)
+        shutil.copyfile(archived, sweep_json)
+
+
 def archive_sweep_file(sweep_json: str, archive_dir: str):
     """The pre-registration (NAME.sweep.json) travels with the runs, so the archive refuses a switched metric too."""
     os.makedirs(archive_dir, exist_ok=True)

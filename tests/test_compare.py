@@ -60,6 +60,21 @@ def test_a_sweep_cannot_switch_its_deciding_metric_after_the_first_invocation(tm
         compare.preregister(path, compare.parse_metric("last:reward/mean"), "gdpo")
 
 
+def test_a_sweep_continued_from_a_fresh_clone_keeps_the_archives_registration(tmp_path):
+    from benchmarks.compare_archive import archive_sweep_file, restore_sweep_file
+    first_cache, archive, fresh_cache = tmp_path / "c1", tmp_path / "archive", tmp_path / "c2"
+    compare.preregister(str(first_cache / "s.sweep.json"), compare.parse_metric("eval:regression_rate:lower"), "grpo")
+    archive_sweep_file(str(first_cache / "s.sweep.json"), str(archive))
+    registered = (archive / "s.sweep.json").read_text()
+    fresh = str(fresh_cache / "s.sweep.json")  # another machine: an empty cache, the committed archive
+    restore_sweep_file(fresh, str(archive))
+    with pytest.raises(compare.CompareError, match="pre-registered --metric eval:regression_rate:lower"):
+        compare.preregister(fresh, compare.parse_metric("eval:pass@1"), "grpo")
+    compare.preregister(fresh, compare.parse_metric("eval:regression_rate:lower"), "grpo")
+    archive_sweep_file(fresh, str(archive))
+    assert (archive / "s.sweep.json").read_text() == registered  # the registration time is the first invocation's
+
+
 def test_flags_compare_sets_itself_are_refused_naming_where_they_came_from():
     with pytest.raises(compare.CompareError, match="--method dara: --seed is set by compare.py"):
         compare.refuse_owned_flags(["--algo", "dara", "--seed=3"], "--method dara")
