@@ -11,7 +11,8 @@ class PreferenceReward:
     def __init__(self, path: str, device="cpu", max_length: int = 1024, batch_size: int = 8, dtype=torch.float32):
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModelForSequenceClassification.from_pretrained(path, dtype=dtype).to(device).eval()
+        self.model = _unpartitioned(lambda: AutoModelForSequenceClassification.from_pretrained(path, dtype=dtype))
+        self.model = self.model.to(device).eval()
         if self.model.config.num_labels != 1:
             raise ValueError(f"--reward_model_name_or_path {path}: a reward model has one output (num_labels=1), "
                              f"this one has {self.model.config.num_labels}")
@@ -42,3 +43,22 @@ class PreferenceReward:
 
     def __call__(self, prompt, completion, sample) -> float:
         return float(self.score([prompt], [completion])[0])
+
+
+def _unpartitioned(load):
+    """load() with transformers' ZeRO-3 switch off: a whole copy of the reward model on each rank.
+
+    The actor's ZeRO-3 engine registers its config with transformers (HfDeepSpeedConfig), and from_pretrained then
+    builds every later model under deepspeed.zero.Init: the reward model came out partitioned, with no engine to
+    gather its weights, and its first forward failed ("'weight' must be 2-D"). credo's reading: a frozen scorer is
+    replicated, as verl's and OpenRLHF's reward models are outside ZeRO-3 training. transformers keeps the config as
+    a module-level weak reference (read in transformers 5.17-5.20, integrations/deepspeed.py); it is restored after.
+    """
+    from transformers.integrations import deepspeed as hf_deepspeed
+    saved = hf_deepspeed._hf_deepspeed_config_weak_ref
+    hf_deepspeed._hf_deepspeed_config_weak_ref = None
+    try:
+        return load()
+    finally:
+        hf_deepspeed._hf_deepspeed_config_weak_ref = saved
+

@@ -89,3 +89,22 @@ def test_random_weight_vectors_and_kl_in_reward_train(tiny_model_dir, tmp_path):
         assert "conductor/pi/arith/fmt" not in row  # no Conductor policy in the random arm
     # the reference was loaded (with --beta 0) for the KL, so the loss reports it too
     assert rows[1]["actor/kl"] is not None
+
+
+def test_the_preference_reward_model_scores_under_a_zero3_actor(tiny_model_dir, tmp_path):
+    """The reward model is loaded after the ZeRO-3 actor registered its config with transformers: it must still be
+    a whole model (before, from_pretrained partitioned it and its first forward failed: "'weight' must be 2-D")."""
+    from transformers import AutoConfig, AutoTokenizer, LlamaForSequenceClassification
+    rm = str(tmp_path / "rm")
+    config = AutoConfig.from_pretrained(tiny_model_dir)
+    config.num_labels = 1
+    torch.manual_seed(1)
+    LlamaForSequenceClassification(config).save_pretrained(rm)
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(rm)
+    out = str(tmp_path / "run")
+    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--max_steps", "1",
+                      "--actor_zero_stage", "3", "--reward_model_name_or_path", rm, "--no_final_export"], num_ranks=1)
+    assert_ok(proc)
+    row = read_metrics(os.path.join(out, "metrics.jsonl"))[0]
+    assert row["maestro/raw/pref"] is not None and math.isfinite(row["maestro/raw/pref"])
+    assert "conductor/weight/pref" in row
