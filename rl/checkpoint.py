@@ -30,13 +30,20 @@ _TAG = re.compile(r"^step_(\d+)$")
 
 
 def rng_state() -> dict:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Every generator the run samples from. On a GPU the decode loop and HF generate draw from this rank's CUDA
+    generator, so it is kept too (before, resume and validation restored the CPU stream only)."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()  # the current device's: one rank, one GPU
+    return state
 
 
 def set_rng_state(state: dict):
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
+    if state.get("cuda") is not None and torch.cuda.is_available():  # a CPU run's checkpoint has none
+        torch.cuda.set_rng_state(state["cuda"])
 
 
 def checkpoint_root(output_dir: str) -> str:
