@@ -8,8 +8,12 @@
 #   4. --offload under ZeRO-3 at --dtype auto (bf16 on CUDA): DeepSpeedCPUAdam built there, 2 steps;
 #   5. --lora_r 4 --gradient_checkpointing under ZeRO-3, bf16, 2 steps;
 #   6. eval.py (one process, no launcher) on the tiny Llama, 2 turns x 2 samples: a results.json from the GPU;
-#   7. the methods whose data crosses devices: --algo tcpo (3 turns to the end), maestro (its Conductor), dara.
-# The checks run side by side (one GPU, 16 cores, each launch on its own port); SERIAL=1 runs them in turn.
+#   7. the methods whose data crosses devices: --algo tcpo (3 turns to the end), maestro (its Conductor and a
+#      tiny reward model for pref), dara;
+#   8. exact resume: a run stopped after step 1 and resumed samples at step 2 what an uninterrupted run sampled
+#      (the CUDA generator is in the checkpoint).
+# The checks run side by side (one GPU, 16 cores, each launch on its own port); SERIAL=1 runs them in turn, and
+# ONLY="NAME ..." runs the named checks alone (a rerun of the failed ones).
 # Writes $OUT/cuda_check.md (what ran, versions, pass/fail, the tails of the logs) and the logs beside it.
 #
 # Here (network or package index, before the GPU session):  bash scripts/gpu/cuda_check.sh --prepare
@@ -74,8 +78,18 @@ export PYTHONPATH="$DEPS:$PWD${PYTHONPATH:+:$PYTHONPATH}" TOKENIZERS_PARALLELISM
 ds_version=$("$PYTHON" -c 'import deepspeed; print(deepspeed.__version__, deepspeed.__file__)' 2>&1 | tail -1)
 { echo; echo "deepspeed: $ds_version"; } >> "$REPORT"
 
-"$PYTHON" -c "from tests.helpers import build_tiny_model; build_tiny_model('$OUT/tiny_llama')" \
-  > "$OUT/tiny_llama.log" 2>&1
+"$PYTHON" - "$OUT" > "$OUT/tiny_llama.log" 2>&1 <<'EOF'
+import sys, torch
+from transformers import AutoConfig, AutoTokenizer, LlamaForSequenceClassification
+from tests.helpers import build_tiny_model
+out = sys.argv[1]
+build_tiny_model(f"{out}/tiny_llama")
+config = AutoConfig.from_pretrained(f"{out}/tiny_llama")  # a tiny reward model for MAESTRO's pref
+config.num_labels = 1
+torch.manual_seed(1)
+LlamaForSequenceClassification(config).save_pretrained(f"{out}/tiny_rm")
+AutoTokenizer.from_pretrained(f"{out}/tiny_llama").save_pretrained(f"{out}/tiny_rm")
+EOF
 
 launch() {  # launch NAME SCRIPT ARGS...: the real deepspeed launcher, one rank, log to $OUT/NAME.log
   local name=$1; shift
@@ -86,6 +100,7 @@ launch() {  # launch NAME SCRIPT ARGS...: the real deepspeed launcher, one rank,
 CHECKS=()   # the checks' names, in the report's order
 check() {  # check NAME DESCRIPTION COMMAND...: run COMMAND on its own port (in the background unless SERIAL=1)
   local name=$1 what=$2; shift 2
+  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return 0; fi  # ONLY="tcpo resume": those alone
   CHECKS+=("$name")
   printf '%s\n' "$what" > "$OUT/$name.what"
   local port=$((${PORT:-29517} + ${#CHECKS[@]}))
@@ -140,10 +155,31 @@ tcpo_two_steps() {  # turn-level credit, counterfactual turns sampled on the GPU
   two_finite_steps tcpo
 }
 
-maestro_two_steps() {  # the Conductor mixes policy rewards read off the GPU actor; it updates at step 2
+maestro_two_steps() {  # the Conductor mixes policy rewards (pref from a reward model) read off the GPU actor
   launch maestro train.py "${TINY[@]}" --algo maestro --env mixed --maestro_update_interval 2 --maestro_lr 1e-2 \
-    --len_min 4 --len_max 12 --max_steps 2 --output_dir "$OUT/maestro" || return 1
+    --len_min 4 --len_max 12 --reward_model_name_or_path "$OUT/tiny_rm" --max_steps 2 --output_dir "$OUT/maestro" \
+    || return 1
   two_finite_steps maestro
+}
+
+exact_resume() {  # stop after step 1, resume: step 2 samples what the uninterrupted run's step 2 sampled
+  launch resume_full train.py "${TINY[@]}" --max_steps 2 --output_dir "$OUT/resume_full" || return 1
+  local split=(train.py "${TINY[@]}" --max_steps 2 --output_dir "$OUT/resume_split")
+  launch resume train.py "${TINY[@]}" --max_steps 2 --enable_test_mode --test_stop_step 1 \
+    --output_dir "$OUT/resume_split" || return 1
+  cp "$OUT/resume.log" "$OUT/resume_first_half.log"
+  launch resume "${split[@]}" --resume auto || return 1
+  "$PYTHON" - "$OUT/resume_full/metrics.jsonl" "$OUT/resume_split/metrics.jsonl" >> "$OUT/resume.log" 2>&1 <<'EOF'
+import json, sys
+full, split = ([json.loads(line) for line in open(path) if line.strip()] for path in sys.argv[1:])
+keys = ("reward/mean", "response_length/mean", "actor/loss")
+for name, rows in (("uninterrupted", full), ("resumed", split)):
+    print(name, [{k: r.get(k) for k in ("step",) + keys} for r in rows])
+assert [r["step"] for r in split] == [1, 2], "the resumed run did not log steps 1 and 2"
+# the sampled responses decide reward and length: equal when every generator (the GPU's too) was restored
+assert all(full[1][k] == split[1][k] for k in keys[:2]), "step 2 after the resume sampled other responses"
+print("step 2 after the resume sampled what the uninterrupted run sampled")
+EOF
 }
 
 dara_two_steps() {  # several reward components through the killable reward workers, DARA's density weights
@@ -187,6 +223,7 @@ check tcpo "train.py --algo tcpo --max_turns 3 --episode_end max_turns, ZeRO-3 (
 check maestro "train.py --algo maestro --env mixed (Conductor, policy rewards), ZeRO-3 ($DTYPE), 2 steps" \
   maestro_two_steps
 check dara "train.py --algo dara --reward_funcs correctness,length, ZeRO-3 ($DTYPE), 2 steps" dara_two_steps
+check resume "train.py stopped after step 1 and resumed (--resume auto): step 2 samples as if never stopped" exact_resume
 wait
 failed=0
 for name in "${CHECKS[@]}"; do
