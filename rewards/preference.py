@@ -61,4 +61,3 @@ def _unpartitioned(load):
         return load()
     finally:
         hf_deepspeed._hf_deepspeed_config_weak_ref = saved
-

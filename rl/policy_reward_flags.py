@@ -9,7 +9,8 @@ def add_policy_reward_flags(p):
     g.add_argument("--len_max", type=int, default=64, help="len reward: falls linearly to 0 at this many tokens")
     g.add_argument("--reward_model_name_or_path", default=None,
                    help="sequence-classification reward model for the pref reward (MAESTRO skips pref with a warning "
-                        "when unset; --reward_funcs pref refuses to start)")
+                        "when unset; --reward_funcs pref refuses to start). credo's reading: loaded whole on every "
+                        "rank, outside the actor's ZeRO-3 partitioning")
 
 
 def validate_open_domain_rewards(args, bad):

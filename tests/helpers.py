@@ -50,6 +50,19 @@ def build_tiny_model(out_dir: str, seed: int = 0, hidden_size: int = 32, num_att
     return out_dir
 
 
+def build_tiny_reward_model(model_dir: str, out_dir: str, seed: int = 1) -> str:
+    """Save a random one-output sequence classifier on the tiny model's config and tokenizer (a `pref` reward model)."""
+    import torch
+    from transformers import AutoConfig, AutoTokenizer, LlamaForSequenceClassification
+
+    config = AutoConfig.from_pretrained(model_dir)
+    config.num_labels = 1
+    torch.manual_seed(seed)
+    LlamaForSequenceClassification(config).save_pretrained(out_dir)
+    AutoTokenizer.from_pretrained(model_dir).save_pretrained(out_dir)
+    return out_dir
+
+
 def run_train(args: list, num_ranks: int = 1, timeout: int = 600, launcher: bool = True, port: int = None,
               faults: list = None):
     """Run train.py under the real `deepspeed` launcher (or plain python with launcher=False); with `faults`

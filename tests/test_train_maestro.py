@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rl.metrics import read_metrics
-from tests.helpers import run_train
+from tests.helpers import build_tiny_reward_model, run_train
 from tests.test_train_deepspeed import assert_ok
 
 pytestmark = pytest.mark.slow
@@ -94,13 +94,7 @@ def test_random_weight_vectors_and_kl_in_reward_train(tiny_model_dir, tmp_path):
 def test_the_preference_reward_model_scores_under_a_zero3_actor(tiny_model_dir, tmp_path):
     """The reward model is loaded after the ZeRO-3 actor registered its config with transformers: it must still be
     a whole model (before, from_pretrained partitioned it and its first forward failed: "'weight' must be 2-D")."""
-    from transformers import AutoConfig, AutoTokenizer, LlamaForSequenceClassification
-    rm = str(tmp_path / "rm")
-    config = AutoConfig.from_pretrained(tiny_model_dir)
-    config.num_labels = 1
-    torch.manual_seed(1)
-    LlamaForSequenceClassification(config).save_pretrained(rm)
-    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(rm)
+    rm = build_tiny_reward_model(tiny_model_dir, str(tmp_path / "rm"))
     out = str(tmp_path / "run")
     proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--max_steps", "1",
                       "--actor_zero_stage", "3", "--reward_model_name_or_path", rm, "--no_final_export"], num_ranks=1)

@@ -78,18 +78,8 @@ export PYTHONPATH="$DEPS:$PWD${PYTHONPATH:+:$PYTHONPATH}" TOKENIZERS_PARALLELISM
 ds_version=$("$PYTHON" -c 'import deepspeed; print(deepspeed.__version__, deepspeed.__file__)' 2>&1 | tail -1)
 { echo; echo "deepspeed: $ds_version"; } >> "$REPORT"
 
-"$PYTHON" - "$OUT" > "$OUT/tiny_llama.log" 2>&1 <<'EOF'
-import sys, torch
-from transformers import AutoConfig, AutoTokenizer, LlamaForSequenceClassification
-from tests.helpers import build_tiny_model
-out = sys.argv[1]
-build_tiny_model(f"{out}/tiny_llama")
-config = AutoConfig.from_pretrained(f"{out}/tiny_llama")  # a tiny reward model for MAESTRO's pref
-config.num_labels = 1
-torch.manual_seed(1)
-LlamaForSequenceClassification(config).save_pretrained(f"{out}/tiny_rm")
-AutoTokenizer.from_pretrained(f"{out}/tiny_llama").save_pretrained(f"{out}/tiny_rm")
-EOF
+"$PYTHON" -c "from tests.helpers import build_tiny_model, build_tiny_reward_model as rm
+rm(build_tiny_model('$OUT/tiny_llama'), '$OUT/tiny_rm')" > "$OUT/tiny_llama.log" 2>&1  # tiny_rm: MAESTRO's pref
 
 launch() {  # launch NAME SCRIPT ARGS...: the real deepspeed launcher, one rank, log to $OUT/NAME.log
   local name=$1; shift
@@ -165,8 +155,7 @@ maestro_two_steps() {  # the Conductor mixes policy rewards (pref from a reward 
 exact_resume() {  # stop after step 1, resume: step 2 samples what the uninterrupted run's step 2 sampled
   launch resume_full train.py "${TINY[@]}" --max_steps 2 --output_dir "$OUT/resume_full" || return 1
   local split=(train.py "${TINY[@]}" --max_steps 2 --output_dir "$OUT/resume_split")
-  launch resume train.py "${TINY[@]}" --max_steps 2 --enable_test_mode --test_stop_step 1 \
-    --output_dir "$OUT/resume_split" || return 1
+  launch resume "${split[@]}" --enable_test_mode --test_stop_step 1 || return 1
   cp "$OUT/resume.log" "$OUT/resume_first_half.log"
   launch resume "${split[@]}" --resume auto || return 1
   "$PYTHON" - "$OUT/resume_full/metrics.jsonl" "$OUT/resume_split/metrics.jsonl" >> "$OUT/resume.log" 2>&1 <<'EOF'
