@@ -47,6 +47,10 @@ OUT=$(cd "$OUT" && pwd)
 REPORT="$OUT/cuda_check.md"
 DEPS=${DEPS:-/tmp/credo_gpu_deps}
 STEP_TIMEOUT=${STEP_TIMEOUT:-240}
+ALL_CHECKS="zero3_bf16 hybrid_engine dist_probe offload lora_gc eval tcpo maestro dara resume"
+for name in ${ONLY:-}; do  # ONLY="tcpo resume": those alone; a name that is no check stops before anything runs
+  [[ " $ALL_CHECKS " == *" $name "* ]] || { echo "cuda_check: ONLY names '$name'; the checks: $ALL_CHECKS" >&2; exit 2; }
+done
 
 if "$PYTHON" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   DTYPE=bf16
@@ -90,7 +94,7 @@ launch() {  # launch NAME SCRIPT ARGS...: the real deepspeed launcher, one rank,
 CHECKS=()   # the checks' names, in the report's order
 check() {  # check NAME DESCRIPTION COMMAND...: run COMMAND on its own port (in the background unless SERIAL=1)
   local name=$1 what=$2; shift 2
-  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return 0; fi  # ONLY="tcpo resume": those alone
+  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return 0; fi
   CHECKS+=("$name")
   printf '%s\n' "$what" > "$OUT/$name.what"
   local port=$((${PORT:-29517} + ${#CHECKS[@]}))
