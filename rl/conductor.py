@@ -3,7 +3,9 @@ trained by REINFORCE on the GRPO advantages its choices produced.
 
 pi(. | h) = floor(softmax((W h + b) / tau)), tau learned. Every `update_interval` steps, one AdamW step on
     loss = -mean(A * log pi(a | h)) - entropy_coef * mean H(pi(. | h))
-over the buffered (h, a, A) of those steps, then the buffer is cleared.
+over the buffered (h, a, A) of those steps, then the buffer is cleared. Those advantages rank the actions by each
+reward's mean level (rl/advantages/maestro.py derives it), so the rewards must share one scale for the choice to mean
+anything: --maestro_reward_scale (batch_rank by default, credo's reading).
 
 Two recipes (RECIPES; --maestro_recipe). `paper`: raw h, AdamW lr 5e-5, an update every 3 steps (the paper's values,
 meant for GPU-length runs). `small` (credo's deviation, for CPU-length runs): h scaled to unit L2 norm, lr 2e-2, an

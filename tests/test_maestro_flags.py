@@ -61,3 +61,13 @@ def test_the_skipped_pref_warning_is_said_once_per_process(tiny_model_dir, caplo
         for _ in range(3):
             parse(tiny_model_dir, "--algo", "maestro", "--env", "mixed")
     assert sum("`pref` reward is skipped" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_reward_scale_defaults_to_batch_rank_labelled_credos_reading_and_refuses_other_values(tiny_model_dir, capsys):
+    assert parse(tiny_model_dir, "--algo", "maestro", "--env", "mixed").maestro_reward_scale == "batch_rank"
+    assert parse(tiny_model_dir, "--algo", "maestro", "--env", "mixed",
+                 "--maestro_reward_scale", "none").maestro_reward_scale == "none"
+    assert "invalid choice" in refused(tiny_model_dir, capsys, "--algo", "maestro", "--env", "mixed",
+                                       "--maestro_reward_scale", "zscore")
+    helps = {a.dest: a.help for a in build_parser()._actions}
+    assert "credo's reading" in helps["maestro_reward_scale"] and "paper" in helps["maestro_reward_scale"]

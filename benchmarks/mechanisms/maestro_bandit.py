@@ -12,7 +12,9 @@ at 0.5; a Conductor that emphasises verifier_A on A and verifier_B on B (the pap
 for different prompts) lets the actor reach 1.
 
 Each step: B prompts (half of each kind) x G responses; the rewards [N, 4] go through credo's own
-`rl.advantages.maestro` (w(a) = (1 - eta)/K + eta onehot(a), eta = 0.5, then GRPO); the actor takes a REINFORCE
+`rl.advantages.maestro` (w(a) = (1 - eta)/K + eta onehot(a), eta = 0.5, then GRPO) on the channels' own scales
+(reward_scale "none", as when this testbed was recorded: `context` wins kind A because its level is highest there,
+the mechanism benchmarks/mechanisms/maestro_scales.py measures); the actor takes a REINFORCE
 step on those advantages; the Conductor is credo's own `rl.conductor.ConductorLearner`, driven without a model
 (act on h, record (h, a, A)). Arms, same seeds:
 - `conductor`: the small-run recipe (credo's reading, issue 19 item 2): h one-hot (|h|_1 = 1), lr 0.05, an update
@@ -82,7 +84,7 @@ def train(arm: str, seed: int, setup: dict = SETUP) -> dict:
             actions = learner.random_actions(n)
         else:
             actions = None
-        adv = maestro(rewards, actions, group_ids, eta=setup["eta"]).to(torch.float64)
+        adv = maestro(rewards, actions, group_ids, eta=setup["eta"], reward_scale="none").to(torch.float64)
         if recipe is not None:
             learner.record(h, actions, adv.float())
         score_fn = torch.nn.functional.one_hot(response, setup["responses"]).to(torch.float64) - pi[kind]

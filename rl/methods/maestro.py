@@ -4,12 +4,15 @@
 The rewards are computed once, by the scorer, as every --reward_funcs reward is; this method's `scalarize`
 turns each response's rewards into its scalar with its own weights.
 
-Rewards (each on [0, 1] before mixing; rewards/policy_rewards.py defines them, with their signs and sources):
+Rewards (each on [0, 1] as scored; rewards/policy_rewards.py defines them, with their signs and sources):
 - fmt: the response has the required structure (--format_style);      - len: linear in the response's tokens
 - ppl: NOVER's reasoning perplexity of the reference answer (lower better); - ent: mean token entropy (lower better)
 - pref: a reward model's score (--reward_model_name_or_path; skipped with a warning without one)
 ppl, ent and pref are rank-normalised within each group (their raw scales are arbitrary). `correctness` (the env
-verifier) may be added to the mix with --maestro_rewards.
+verifier) may be added to the mix with --maestro_rewards. Before mixing, --maestro_reward_scale puts them on the one
+scale the Conductor compares them on: batch_rank (credo's reading, default: each reward's rank over the whole batch,
+so every reward has batch mean 0.5) or none (the paper's scales, under which the Conductor's meta-reward favours
+whichever reward's level is highest: rl/advantages/maestro.py derives it, mechanisms/maestro_scales.py measures it).
 
 --maestro_weights: conductor (sampled actions a ~ pi(. | h), w(a) below), equal (1/K), random (the paper's Rand: a
 random weight vector per response, Dirichlet(1)), random_action (a uniform random action per response, w(a)).
@@ -26,7 +29,7 @@ import torch
 
 from rl import dist
 from rl.advantages.grpo import grpo
-from rl.advantages.maestro import emphasis_weights, mixed_reward
+from rl.advantages.maestro import REWARD_SCALES, emphasis_weights, mixed_reward, scale_rewards
 from rl.conductor import HIDDEN_NORMS, RECIPES, ConductorLearner
 from rl.methods.base import Method
 
@@ -57,6 +60,7 @@ class MaestroConfig:
     maestro_weights: str
     maestro_emphasis: float
     maestro_kl_in_reward: float
+    maestro_reward_scale: str
     scale_rewards: str
 
 
@@ -74,6 +78,14 @@ class Maestro(Method):
                        help="who sets each response's reward weights: conductor (sampled emphasis actions); equal (1/K); "
                             "random (the paper's Rand: a random weight vector per response, Dirichlet(1) = uniform on "
                             "the simplex); random_action (a uniform random emphasis action per response)")
+        g.add_argument("--maestro_reward_scale", choices=REWARD_SCALES, default="batch_rank",
+                       help="the one scale the Conductor compares the rewards on, applied to the whole batch before "
+                            "mixing: batch_rank (default; credo's reading, the paper is silent): each reward replaced "
+                            "by its rank over the batch on [0, 1], so every reward has batch mean 0.5 and none wins a "
+                            "prompt kind by its offset or unit; none: as scored (the paper's scales, issue 6: fmt and "
+                            "len raw on [0, 1], ppl/ent/pref group ranks with mean 0.5), under which the Conductor's "
+                            "meta-reward picks the reward with the highest level (the issue-19 sweep put pi 0.999 on "
+                            "len). Not --scale_rewards, which is GRPO's std scaling of the advantage")
         g.add_argument("--maestro_emphasis", type=float, default=0.5,
                        help="eta in w(a) = (1 - eta) / K + eta * onehot(a): credo's reading, not in the paper's text, "
                             "which says only that an action induces a weight configuration; 1.0 = pure emphasis")
@@ -191,13 +203,15 @@ class Maestro(Method):
 
     def scalarize(self, batch, components):
         """Each response's reward w_i . r_i (minus beta_r * its KL with --maestro_kl_in_reward), w_i from the
-        Conductor's action for it (or the ablation's). components: the scorer's {name: Tensor[n]} on [0, 1]."""
+        Conductor's action for it (or the ablation's), r_i on --maestro_reward_scale's scale over the whole batch.
+        components: the scorer's {name: Tensor[n]} on [0, 1]."""
         c, rank = self.config, self.ctx.rank
         t0 = time.perf_counter()
         kl = self.response_kl(batch) if c.maestro_kl_in_reward > 0 else None
         t1 = time.perf_counter()
         group_ids = dist.all_gather_cat(batch.group_ids)
         matrix = torch.stack([dist.all_gather_cat(components[k]) for k in self.names], dim=1)   # [N, K] global
+        matrix = scale_rewards(matrix, c.maestro_reward_scale)  # batch-global, so every rank scales alike
         weights, actions, probs = self.weights(len(group_ids), batch.policy_hidden)
         n = len(batch)
         mine = slice(rank * n, (rank + 1) * n)
@@ -213,6 +227,8 @@ class Maestro(Method):
         m["conductor/tau"] = self.learner.conductor.tau
         kinds = [kind for kinds in dist.all_gather_object([s.get("kind") for s in batch.samples]) for kind in kinds]
         m.update(mean_weights_by_kind(weights, kinds, self.names, "conductor/weight"))
+        # each reward's level per kind as mixed: what the Conductor's meta-reward ranks (rl/advantages/maestro.py)
+        m.update(mean_weights_by_kind(torch.nan_to_num(matrix, nan=0.0), kinds, self.names, "maestro/level"))
         if probs is not None:
             m["conductor/entropy"] = -(probs * probs.log()).sum(-1).mean().item()
             m.update(mean_weights_by_kind(probs, kinds, self.names, "conductor/pi"))
