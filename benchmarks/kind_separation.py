@@ -7,6 +7,8 @@ The measure fixed in benchmarks/results/maestro_vs_baselines.preregistration.md 
 mean over the last `--last` steps of `conductor/pi/<kind>/<reward>`; per reward, the difference between the second
 and the first kind; the L1 distance between the two kinds' vectors. Mean and SE over seeds. A reward separates only
 if its difference has one sign on every seed and |mean| > 2 SE (descriptive with a few seeds, not a test).
+Per seed (revision 1 of that file, issue #42): each kind's top reward and its pi; the seed has *collapsed* when one
+reward has pi > COLLAPSE on both kinds.
 """
 import argparse
 import math
@@ -15,6 +17,7 @@ from benchmarks.results_io import print_and_write
 from benchmarks.sweep_curves import load_runs
 
 PREFIX = "conductor/pi"
+COLLAPSE = 0.99
 
 
 def kind_means(rows: list, kind: str, last: int) -> dict:
@@ -47,7 +50,7 @@ def separation(runs: list, kinds: tuple, last: int) -> dict:
     """runs: load_runs' [(method, seed, rows)]. Returns {"seeds": [...], "diff": {reward: [per-seed second - first]},
     "l1": [per-seed distance]} over the runs that log conductor/pi per kind."""
     first, second = kinds
-    out = {"seeds": [], "diff": {}, "l1": []}
+    out = {"seeds": [], "diff": {}, "l1": [], "top": []}
     for _, seed, rows in runs:
         a, b = kind_means(rows, first, last), kind_means(rows, second, last)
         if not a or not b:
@@ -56,6 +59,9 @@ def separation(runs: list, kinds: tuple, last: int) -> dict:
         for name in a:
             out["diff"].setdefault(name, []).append(b[name] - a[name])
         out["l1"].append(sum(abs(b[name] - a[name]) for name in a))
+        tops = [max(means, key=means.get) for means in (a, b)]
+        out["top"].append({"kinds": [(tops[0], a[tops[0]]), (tops[1], b[tops[1]])],
+                           "collapsed": tops[0] == tops[1] and min(a[tops[0]], b[tops[1]]) > COLLAPSE})
     return out
 
 
@@ -77,6 +83,13 @@ def report(runs_dir: str, kinds: tuple, last: int) -> str:
         lines.append(f"| (L1 distance) | {', '.join(fmt(d, False) for d in s['l1'])} | {fmt(mean, False)} ± {fmt(se, False)} | |")
     else:
         lines.append("| (no run logs conductor/pi per kind) | | | |")
+    if s["top"]:
+        lines += ["", f"Each kind's top reward (its mean pi); collapsed = one reward above {COLLAPSE} on both kinds:", "",
+                  f"| seed | {first} | {second} | collapsed |", "|---|---|---|---|"]
+        for seed, top in zip(s["seeds"], s["top"]):
+            cells = [f"{name} ({fmt(p, False)})" for name, p in top["kinds"]]
+            lines.append(f"| {seed} | {cells[0]} | {cells[1]} | {'yes' if top['collapsed'] else 'no'} |")
+        lines.append(f"\n{sum(t['collapsed'] for t in s['top'])} of {len(s['top'])} seeds collapsed.")
     return "\n".join(lines) + "\n"
 
 
