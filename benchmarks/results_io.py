@@ -1,7 +1,6 @@
 """Writing a benchmark's result: RESULTS.json (the data) and RESULTS.md (its report), and printing the report."""
 import json
 import os
-import platform
 
 
 def write_results(result: dict, results: str, report) -> str:
@@ -18,12 +17,8 @@ def write_results(result: dict, results: str, report) -> str:
 
 def cpu_model() -> str:
     """The CPU's model name (/proc/cpuinfo), for the machine line every result records."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-        return names[0] if names else platform.machine()
-    except OSError:
-        return platform.machine()
+    from rl.hardware import cpu_model as model
+    return model()
 
 
 def print_and_write(text: str, output: str = None):

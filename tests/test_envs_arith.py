@@ -27,3 +27,14 @@ def test_env_round_trip_scores_the_answer():
     assert messages == [{"role": "user", "content": row["prompt"]}]
     assert env.step(f"so \\boxed{{{row['answer']}}}").score == 1.0
     assert env.step(f"{row['answer'] + 1}").score == 0.0
+
+
+def test_train_split_has_the_eval_splits_mix_of_problem_sizes():
+    """The train split once excluded the eval split's first 1000 rows, which held out 142 of the 155 single-digit
+    problems: training was 93% two-digit while the eval is half single-digit (issue #41)."""
+    def one_digit_share(rows):
+        return sum(r["digits"] == 1 for r in rows) / len(rows)
+    train, eval_rows = make_arith_split("train", 4000, seed=1), make_arith_split("eval", 4000)
+    assert abs(one_digit_share(train) - 0.5) < 0.05 and abs(one_digit_share(eval_rows) - 0.5) < 0.05
+    # held out at any eval size, not only the first rows
+    assert not {(r["a"], r["op"], r["b"]) for r in eval_rows} & {(r["a"], r["op"], r["b"]) for r in train}
