@@ -6,6 +6,10 @@ padding. Sorting the rows by length before cutting micro-batches puts short resp
 micro-batch then drops the columns that are padding in all of its rows (verl's dynamic batch size does the same
 with a token budget; here the number of micro-batches stays fixed, as DeepSpeed's gradient accumulation needs).
 Token-level results are unchanged: only columns with no real token are dropped.
+
+With `keep`, the rows a micro-batch would only multiply by a zero advantage are left out too (rl/update.py decides
+which): the same number of micro-batches, each a near-equal share of the kept rows (at least one row, so every rank
+still runs every forward that ZeRO-3's parameter gathering expects).
 """
 from dataclasses import dataclass
 
@@ -51,13 +55,15 @@ class MicroRollout:
     rollout_logp: torch.Tensor = None
 
 
-def micro_batches(attention_mask: torch.Tensor, prompt_len: int, micro: int) -> list:
+def micro_batches(attention_mask: torch.Tensor, prompt_len: int, micro: int, keep: torch.Tensor = None) -> list:
     """N // micro micro-batches of `micro` rows, sorted by response extent (stable, so deterministic).
 
     Args:
         attention_mask: Tensor[N, P + R] (left-padded prompt, right-padded response part); prompt_len: P.
+        keep: Tensor[N] bool or None: only these rows, spread over the same ceil(N / micro) micro-batches (sizes differ
+            by at most one; where fewer rows are kept than there are micro-batches, the shortest others fill in).
     Returns:
-        list of MicroBatch, covering every row once.
+        list of MicroBatch, covering every row once (every kept row once, with `keep`).
     """
     n = attention_mask.shape[0]
     mask = attention_mask.bool().cpu()
@@ -66,9 +72,17 @@ def micro_batches(attention_mask: torch.Tensor, prompt_len: int, micro: int) -> 
     extent = torch.where(response, torch.arange(1, response.shape[1] + 1), 0).amax(dim=1)
     left_pad = (~mask[:, :prompt_len]).long().cumprod(dim=1).sum(dim=1)  # leading zeros of each prompt
     order = torch.argsort(extent * (prompt_len + 1) + (prompt_len - left_pad), stable=True)
+    if keep is None:
+        chunks = [order[start:start + micro] for start in range(0, n, micro)]
+    else:
+        count = -(-n // micro)  # as many micro-batches as without `keep`
+        keep = keep.bool().cpu().clone()
+        missing = count - int(keep.sum())
+        if missing > 0:  # every micro-batch needs a row: the shortest of the others fill in
+            keep[order[~keep[order]][:missing]] = True
+        chunks = list(torch.tensor_split(order[keep[order]], count))
     out = []
-    for start in range(0, n, micro):
-        rows = order[start:start + micro]
+    for rows in chunks:
         first = int(left_pad[rows].min())
         out.append(MicroBatch(rows=rows.to(attention_mask.device), first_col=first, prompt_len=prompt_len - first,
                               resp_len=max(int(extent[rows].max()), 1)))

@@ -117,6 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--num_warmup_steps", type=int, default=0, help="linear warmup steps")
     g.add_argument("--max_steps", type=int, default=24, help="training steps (one rollout batch each)")
     g.add_argument("--ppo_epochs", type=int, default=1, help="optimizer passes over each rollout batch")
+    g.add_argument("--skip_zero_advantage_rows", action=argparse.BooleanOptionalAction, default=True,
+                   help="the update leaves out responses whose every token advantage is exactly 0 (a GRPO group "
+                        "whose responses all scored alike): their policy-gradient term is exactly 0, so the step is "
+                        "the same up to float rounding and its forward/backward cost falls by their share "
+                        "(train/rows_skipped_frac); actor/entropy and clipfrac are then over the trained responses. "
+                        "Never with --beta > 0, whose KL term they do carry. credo's reading: verl and TRL train on "
+                        "every row")
     g.add_argument("--gradient_clipping", type=float, default=1.0, help="global grad-norm clip (0 = off)")
     g.add_argument("--seed", type=int, default=1234, help="seed of data order, sampling and init")
 

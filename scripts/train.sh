@@ -41,6 +41,7 @@ run python eval.py --model_name_or_path "$MODEL" --env arith --limit "$EVAL_SAMP
     --output_dir "$OUTPUT/eval_initial" --label "initial accuracy"
 
 # scripts/launch.py is the deepspeed launcher with a free port and a Ctrl-C that waits for the ranks' save.
+train_start=$(date +%s.%N)
 run python scripts/launch.py --num_gpus "$NUM_RANKS" ${PORT:+--master_port "$PORT"} train.py \
     --algo grpo \
     --env arith \
@@ -59,6 +60,10 @@ run python scripts/launch.py --num_gpus "$NUM_RANKS" ${PORT:+--master_port "$POR
     --output_dir "$OUTPUT" \
     --enable_tensorboard \
     "$@"
+# the training phase's wall time (launcher start to the ranks' exit: start-up, steps, checkpoint, export), which the
+# README's "minutes of training" and benchmarks/main_job_vs_trl.py's matched TRL budget mean
+python -c "import json, sys; json.dump({'train_wall_seconds': float(sys.argv[2]) - float(sys.argv[1])}, open(sys.argv[3], 'w'))" \
+    "$train_start" "$(date +%s.%N)" "$OUTPUT/train_wall.json"
 
 if [ -d "$OUTPUT/final" ]; then
   run python eval.py --model_name_or_path "$OUTPUT/final" --env arith --limit "$EVAL_SAMPLES" \

@@ -77,3 +77,15 @@ def test_each_micro_batch_carries_its_own_rows_advantages_and_log_probs():
                 assert torch.equal(part.response_mask[j], resp_mask[row, :mb.resp_len])
                 assert part.ref_logp is None and part.rollout_logp is None
         assert seen == set(range(n))
+
+
+def test_kept_rows_fill_the_same_number_of_micro_batches_and_no_other_row_is_computed():
+    _, attention_mask, p, _ = _batch()
+    keep = torch.tensor([1, 0, 0, 1, 1, 0, 1, 0], dtype=torch.bool)
+    mbs = micro_batches(attention_mask, p, micro=3, keep=keep)
+    assert len(mbs) == 3 and sorted(len(mb.rows) for mb in mbs) == [1, 1, 2]
+    assert sorted(torch.cat([mb.rows for mb in mbs]).tolist()) == [0, 3, 4, 6]
+    # fewer kept rows than micro-batches: every micro-batch still gets one (ZeRO-3 ranks run the same forwards)
+    one = micro_batches(attention_mask, p, micro=3, keep=torch.tensor([0, 0, 0, 0, 0, 1, 0, 0], dtype=torch.bool))
+    assert len(one) == 3 and all(len(mb.rows) == 1 for mb in one)
+    assert 5 in torch.cat([mb.rows for mb in one]).tolist()

@@ -48,10 +48,10 @@ def rollout_batch(rollout_logp=None) -> Rollout:
                    rollout_logp=rollout_logp)
 
 
-def update(engine, micro, batch, is_correction="none"):
+def update(engine, micro, batch, is_correction="none", skip_zero_rows=False, loss_agg_mode="token-mean"):
     settings = LossSettings(micro=micro, ppo_epochs=1, temperature=1.0, clip_ratio_low=0.2, clip_ratio_high=0.2,
-                            clip_ratio_c=3.0, loss_agg_mode="token-mean", beta=0.0, kl_type="k3", norm_len=R,
-                            is_correction=is_correction, is_cap=2.0)
+                            clip_ratio_c=3.0, loss_agg_mode=loss_agg_mode, beta=0.0, kl_type="k3", norm_len=R,
+                            is_correction=is_correction, is_cap=2.0, skip_zero_rows=skip_zero_rows)
     guard = StepGuard(max_bad_steps=3, zero_stage=0, checkpoint_dir="unused")
     guard.start_step()
     metrics = ppo_update(engine, batch, settings, guard).metrics(with_kl=False)
@@ -91,3 +91,19 @@ def update_logp(engine) -> torch.Tensor:
     from rl.batching import batched_response_logprobs
     batch = rollout_batch()
     return batched_response_logprobs(engine, batch.input_ids, batch.attention_mask, P, 1.0, 2)
+
+
+@pytest.mark.parametrize("loss_agg_mode", ["token-mean", "seq-mean-token-mean"])
+def test_leaving_out_zero_advantage_rows_gives_the_same_step(engines, loss_agg_mode):
+    """--skip_zero_advantage_rows: a group whose responses all scored alike has advantage 0 on every token; the
+    update leaves its rows out and the gradient (and the loss, whose denominators stay the global batch's) is the
+    same as training on every row."""
+    def batch():
+        b = rollout_batch()
+        b.advantages = torch.tensor([0.0, 0.0, 0.5, -0.5])  # group 0 without signal
+        return b
+    full, full_norm = update(engines[2], 2, batch(), loss_agg_mode=loss_agg_mode)
+    skipped, skipped_norm = update(engines[2], 2, batch(), skip_zero_rows=True, loss_agg_mode=loss_agg_mode)
+    assert full["train/rows_skipped_frac"] == 0.0 and skipped["train/rows_skipped_frac"] == 0.5
+    assert full_norm > 0 and skipped_norm == pytest.approx(full_norm, rel=1e-5)
+    assert skipped["actor/loss"] == pytest.approx(full["actor/loss"], rel=1e-5, abs=1e-8)
