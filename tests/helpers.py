@@ -66,7 +66,14 @@ def build_tiny_reward_model(model_dir: str, out_dir: str, seed: int = 1) -> str:
 def run_train(args: list, num_ranks: int = 1, timeout: int = 600, launcher: bool = True, port: int = None,
               faults: list = None):
     """Run train.py under the real `deepspeed` launcher (or plain python with launcher=False); with `faults`
-    (tests/faults.py's flags, e.g. ["--nan_loss_at_steps", "2"]) it runs through tests.faults instead."""
+    (tests/faults.py's flags, e.g. ["--nan_loss_at_steps", "2"]) it runs through tests.faults instead.
+
+    Under `bash scripts/test.sh quick` (CREDO_QUICK_TESTS=1, the tests not marked slow) a launch is an error that
+    names the test: every test that runs train.py must carry @pytest.mark.slow, or quick stops being quick."""
+    if os.environ.get("CREDO_QUICK_TESTS") == "1":
+        import pytest
+        pytest.fail(f"{os.environ.get('PYTEST_CURRENT_TEST', 'this test').split(' ')[0]} launches train.py but is "
+                    "not marked slow: add @pytest.mark.slow (or pytestmark = pytest.mark.slow)", pytrace=False)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=REPO_ROOT, TOKENIZERS_PARALLELISM="false")
     if "--dtype" not in args:  # --dtype auto means bf16 on AMX / AVX-512 BF16 CPUs: keep the suite's runs exact fp32
         args = [*args, "--dtype", "fp32"]

@@ -35,8 +35,11 @@ def run_in_vllm_venv(modules, **extra_env):
 
 
 @needs_vllm_venv
-def test_the_vllm_cpu_tests_pass_in_their_own_venv():
-    run_in_vllm_venv(VLLM_TEST_MODULES)
+@pytest.mark.parametrize("module", VLLM_TEST_MODULES)
+def test_the_vllm_cpu_tests_pass_in_their_own_venv(module):
+    """One module per test (one pytest process each): together they took 290 s, close to CI's 5-minute limit per
+    test, and a failure now names its module."""
+    run_in_vllm_venv([module])
 
 
 @needs_vllm_venv

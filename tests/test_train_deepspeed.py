@@ -1,4 +1,6 @@
-"""Real `deepspeed` launcher runs of train.py on a tiny random Llama (CPU, gloo)."""
+"""train.py on a tiny random Llama (CPU, gloo): a 2-rank ZeRO-3 run under the real `deepspeed` launcher shared by
+the tests that read it; the one-process behaviours (lower ZeRO stages, the hybrid-engine fallback, stage 0 against
+stage 3) run `python train.py` without the launcher."""
 import glob
 import math
 import os
@@ -96,7 +98,7 @@ def test_hf_export_reloads_and_generates(zero3_two_rank_run):
 @pytest.mark.parametrize("stage", [0, 2])
 def test_lower_zero_stages_train(stage, tiny_model_dir, tmp_path):
     proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path), "--actor_zero_stage",
-                      str(stage), "--max_steps", "3", "--dtype", "fp32", *TINY_RUN], num_ranks=1)
+                      str(stage), "--max_steps", "3", "--dtype", "fp32", *TINY_RUN], num_ranks=1, launcher=False)
     assert_ok(proc)
     before, after = load_params(tiny_model_dir), load_params(os.path.join(str(tmp_path), "final"))
     assert any(not torch.equal(before[k], after[k]) for k in before)
@@ -110,7 +112,7 @@ def test_lower_zero_stages_train(stage, tiny_model_dir, tmp_path):
 
 def test_hybrid_engine_flag_on_cpu_warns_once_and_falls_back(tiny_model_dir, tmp_path):
     proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path), "--max_steps", "1",
-                      "--enable_hybrid_engine", "--no_final_export", *TINY_RUN], num_ranks=1)
+                      "--enable_hybrid_engine", "--no_final_export", *TINY_RUN], num_ranks=1, launcher=False)
     assert_ok(proc)
     assert (proc.stdout + proc.stderr).count("--enable_hybrid_engine: the DeepSpeed hybrid engine needs CUDA") == 1
 
@@ -123,7 +125,7 @@ def test_one_rank_stage_0_default_takes_the_steps_one_rank_zero3_takes(tiny_mode
         out = str(tmp_path / f"stage_{stage}")
         flags = [] if stage == "default" else ["--actor_zero_stage", stage]
         proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--max_steps", "2",
-                          "--seed", "7", *flags, *TINY_RUN], num_ranks=1)
+                          "--seed", "7", *flags, *TINY_RUN], num_ranks=1, launcher=False)
         assert_ok(proc)
         runs[stage] = (read_metrics(os.path.join(out, "metrics.jsonl")), load_params(os.path.join(out, "final")))
     (rows0, params0), (rows3, params3) = runs["default"], runs["3"]

@@ -1,4 +1,6 @@
-"""Multi-turn verify-and-refine training under the real launcher: TCPO, MT-GRPO and trajectory GRPO."""
+"""Multi-turn verify-and-refine training: TCPO, MT-GRPO and trajectory GRPO. TCPO runs under the real launcher on 2
+ranks and MT-GRPO on 1; the other behaviours run `python train.py` in one process (the same DeepSpeed engine,
+without the launcher's two start-ups)."""
 import os
 
 import pytest
@@ -29,7 +31,7 @@ def test_turn_level_and_trajectory_methods_on_a_dense_multi_turn_env(algo, tiny_
     out = str(tmp_path)
     proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--algo", algo,
                       "--max_turns", "3", "--max_steps", "2", "--no_final_export", "--tcpo_cf_budget", "3",
-                      *TINY_RUN], num_ranks=1)
+                      *TINY_RUN], num_ranks=1, launcher=algo == "mt_grpo")
     assert_ok(proc)
     last = read_metrics(os.path.join(out, "metrics.jsonl"))[-1]
     for key in ("success_by_turn/1", "success_by_turn/3", "avg_turns", "advantage/std"):
@@ -62,7 +64,7 @@ def test_tcpo_on_arith_with_episode_end_max_turns_plays_every_episode_to_the_las
     proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--algo", "tcpo", "--env", "arith",
                       "--max_turns", "3", "--episode_end", "max_turns", "--max_steps", "1", "--num_generations", "2",
                       "--per_device_generation_batch_size", "2", "--max_answer_seq_len", "6", "--tcpo_cf_budget", "0",
-                      "--no_final_export"])
+                      "--no_final_export"], launcher=False)
     assert_ok(proc)
     row = read_metrics(os.path.join(out, "metrics.jsonl"))[-1]
     assert row["avg_turns"] == 3.0
@@ -78,7 +80,7 @@ def test_preservation_and_regression_are_logged_when_later_turns_keep_or_break_a
     proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--algo", "tcpo",
                       "--env", "tests.fixture_envs:FirstTurnSolvedEnv", "--max_turns", "3", "--max_steps", "1",
                       "--num_generations", "4", "--per_device_generation_batch_size", "2", "--max_answer_seq_len", "8",
-                      "--temperature", "1.0", "--tcpo_cf_budget", "0", "--no_final_export"])
+                      "--temperature", "1.0", "--tcpo_cf_budget", "0", "--no_final_export"], launcher=False)
     assert_ok(proc)
     row = read_metrics(os.path.join(out, "metrics.jsonl"))[-1]
     assert row["avg_turns"] == 3.0 and row["success_by_turn/1"] == 1.0 and row["best_turn_success"] == 1.0

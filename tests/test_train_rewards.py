@@ -1,4 +1,5 @@
-"""--reward_funcs under the real `deepspeed` launcher: a hanging reward, a broken one, a TRL-style one."""
+"""--reward_funcs in a real train.py run (one process, no launcher: the reward wrapper is the point): a hanging
+reward, a broken one, a TRL-style one."""
 import os
 import time
 
@@ -33,7 +34,7 @@ def test_a_hanging_reward_costs_one_timeout_per_step_and_train_py_exits_after_do
     start = time.monotonic()
     proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *TINY_RUN, "--max_steps", "2",
                       "--no_final_export", "--reward_funcs", "correctness,tests.fixture_rewards:hangs",
-                      "--reward_timeout", "2", "--max_reward_error_rate", "1"], num_ranks=1, timeout=400)
+                      "--reward_timeout", "2", "--max_reward_error_rate", "1"], num_ranks=1, launcher=False, timeout=400)
     wall = time.monotonic() - start
     assert_ok(proc)
     assert "done: 2 steps" in proc.stdout
@@ -49,7 +50,7 @@ def test_a_reward_that_always_raises_stops_the_run_naming_it_though_the_verifier
     out = str(tmp_path)
     proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *TINY_RUN, "--max_steps", "2",
                       "--no_final_export", "--reward_funcs", "correctness,tests.fixture_rewards:always_raises"],
-                     num_ranks=1, timeout=400)
+                     num_ranks=1, launcher=False, timeout=400)
     assert proc.returncode != 0
     text = proc.stdout + proc.stderr
     assert "reward 'always_raises': 8 of 8 reward calls failed at step 1" in text
@@ -61,7 +62,7 @@ def test_a_trl_style_reward_trains_unchanged(tiny_model_dir, tmp_path):
     out = str(tmp_path)
     proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *TINY_RUN, "--max_steps", "2",
                       "--no_final_export", "--reward_funcs", "tests.fixture_rewards:digit_fraction"],
-                     num_ranks=1, timeout=400)
+                     num_ranks=1, launcher=False, timeout=400)
     assert_ok(proc)
     rows = read_metrics(os.path.join(out, "metrics.jsonl"))
     assert len(rows) == 2
