@@ -3,7 +3,6 @@ and shared memory included, which per-process rlimits cannot give. Created under
 hierarchy, filled with the run's processes (they join before exec), emptied by SIGKILL and removed afterwards.
 """
 import os
-import secrets
 import signal
 import time
 
@@ -63,7 +62,7 @@ class RunCgroup:
 
     @classmethod
     def create(cls, memory_bytes: int, max_pids: int):
-        name = PREFIX + secrets.token_hex(6)
+        name = PREFIX + os.urandom(6).hex()  # as secrets.token_hex(6), without its imports
         paths = {}
         try:
             for controller in ("memory", "pids"):

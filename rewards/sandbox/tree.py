@@ -2,12 +2,12 @@
 a tree deeper than Python's recursion limit (shutil.rmtree in 3.11 recurses and raises on it) and longer than
 PATH_MAX, so removal walks it with one directory descriptor at a time and names relative to it."""
 import os
-import tempfile
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 
 
 def make_private_dir(root: str, owner) -> str:
+    import tempfile  # here, not at the top: the runner imports this module on every run, bubblewrap's too
     os.makedirs(root, mode=0o711, exist_ok=True)
     path = tempfile.mkdtemp(prefix="run-", dir=root)  # 0700
     if owner is not None:
