@@ -6,19 +6,38 @@ import sys
 
 import pytest
 
+import eval as eval_cli
 from tests.helpers import REPO_ROOT, free_port
 
 
 def run_eval(args):
+    """`python eval.py ARGS` in a new process."""
     return subprocess.run([sys.executable, "eval.py", *args], cwd=REPO_ROOT, capture_output=True, text=True,
                           env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=REPO_ROOT), timeout=300)
 
 
-def test_multi_turn_sampled_eval_writes_a_valid_results_file(tiny_model_dir, tmp_path):
+def eval_in_process(args, capsys):
+    """eval.py's main(ARGS) in this process, read as `python eval.py ARGS` would end: its exit status (a SystemExit
+    with a message is status 1 with the message on stderr, as the interpreter prints it), stdout and stderr. The same
+    code as run_eval without a new interpreter's imports (seconds each); run_eval stays where the results of two
+    processes are compared (the thread count must match) and under the launcher."""
+    capsys.readouterr()  # only this call's output
+    code = 0
+    try:
+        eval_cli.main(args)
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    if isinstance(code, str):
+        code, err = 1, err + code + "\n"
+    return subprocess.CompletedProcess(["eval.py", *args], code or 0, out, err)
+
+
+def test_multi_turn_sampled_eval_writes_a_valid_results_file(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "eval"
-    proc = run_eval(["--model_name_or_path", tiny_model_dir, "--env", "tests.fixture_envs:DigitFractionEnv",
-                     "--limit", "5", "--n", "2", "--k", "1,2", "--max_turns", "2", "--temperature", "1.0",
-                     "--max_new_tokens", "6", "--output_dir", str(out), "--label", "acc"])
+    proc = eval_in_process(["--model_name_or_path", tiny_model_dir, "--env", "tests.fixture_envs:DigitFractionEnv",
+                            "--limit", "5", "--n", "2", "--k", "1,2", "--max_turns", "2", "--temperature", "1.0",
+                            "--max_new_tokens", "6", "--output_dir", str(out), "--label", "acc"], capsys)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "results.json").read_text())
     assert len(result["problems"]) == 5
@@ -32,17 +51,17 @@ def test_multi_turn_sampled_eval_writes_a_valid_results_file(tiny_model_dir, tmp
     assert "| pass@1 |" in proc.stdout and "acc: " in proc.stdout
     assert (out / "success_by_turn.png").exists() or "matplotlib" not in sys.modules
 
-    again = run_eval(["--model_name_or_path", tiny_model_dir, "--env", "arith", "--limit", "3",
-                      "--compare", str(out / "results.json")])
+    again = eval_in_process(["--model_name_or_path", tiny_model_dir, "--env", "arith", "--limit", "3",
+                             "--compare", str(out / "results.json")], capsys)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "difference" in again.stdout
 
 
-def test_episode_end_max_turns_plays_every_turn_and_reports_the_regression_rate(tiny_model_dir, tmp_path):
+def test_episode_end_max_turns_plays_every_turn_and_reports_the_regression_rate(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "eval"
-    proc = run_eval(["--model_name_or_path", tiny_model_dir, "--env", "tests.fixture_envs:DigitFractionEnv",
-                     "--limit", "3", "--n", "2", "--k", "1,2", "--max_turns", "3", "--episode_end", "max_turns",
-                     "--temperature", "1.0", "--max_new_tokens", "4", "--output_dir", str(out)])
+    proc = eval_in_process(["--model_name_or_path", tiny_model_dir, "--env", "tests.fixture_envs:DigitFractionEnv",
+                            "--limit", "3", "--n", "2", "--k", "1,2", "--max_turns", "3", "--episode_end", "max_turns",
+                            "--temperature", "1.0", "--max_new_tokens", "4", "--output_dir", str(out)], capsys)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "results.json").read_text())
     for problem in result["problems"]:
@@ -54,13 +73,15 @@ def test_episode_end_max_turns_plays_every_turn_and_reports_the_regression_rate(
     assert result["config"]["episode_end"] == "max_turns"
 
 
-def test_episode_end_max_turns_is_refused_for_an_env_that_ends_its_own_episodes(tiny_model_dir):
-    proc = run_eval(["--model_name_or_path", tiny_model_dir, "--env", "appworld", "--episode_end", "max_turns"])
+def test_episode_end_max_turns_is_refused_for_an_env_that_ends_its_own_episodes(tiny_model_dir, capsys):
+    proc = eval_in_process(["--model_name_or_path", tiny_model_dir, "--env", "appworld", "--episode_end", "max_turns"],
+                           capsys)
     assert proc.returncode != 0 and "--episode_end max_turns" in proc.stderr and "appworld" in proc.stderr
 
 
-def test_k_larger_than_n_is_refused(tiny_model_dir):
-    proc = run_eval(["--model_name_or_path", tiny_model_dir, "--n", "2", "--k", "1,4", "--temperature", "1"])
+def test_k_larger_than_n_is_refused(tiny_model_dir, capsys):
+    proc = eval_in_process(["--model_name_or_path", tiny_model_dir, "--n", "2", "--k", "1,4", "--temperature", "1"],
+                           capsys)
     assert proc.returncode != 0 and "--k 4 is larger than --n 2" in proc.stderr
 
 
@@ -82,23 +103,24 @@ def test_two_ranks_under_the_launcher_shard_problems_and_gather_them_in_order(ti
     assert two["metrics"] == one["metrics"]
 
 
-def test_dtype_auto_is_resolved_by_the_training_rule_and_recorded(tiny_model_dir, tmp_path):
+def test_dtype_auto_is_resolved_by_the_training_rule_and_recorded(tiny_model_dir, tmp_path, capsys):
     from rl.hardware import auto_dtype_name
     out = tmp_path / "eval"
-    proc = run_eval(["--model_name_or_path", tiny_model_dir, "--env", "arith", "--limit", "2", "--max_new_tokens", "2",
-                     "--dtype", "auto", "--output_dir", str(out)])
+    proc = eval_in_process(["--model_name_or_path", tiny_model_dir, "--env", "arith", "--limit", "2",
+                            "--max_new_tokens", "2", "--dtype", "auto", "--output_dir", str(out)], capsys)
     assert proc.returncode == 0, proc.stderr[-3000:]
     expected, _ = auto_dtype_name(cuda=False)
     assert f"--dtype auto -> {expected}" in proc.stdout
     assert json.loads((out / "results.json").read_text())["config"]["dtype"] == expected  # never "auto"
 
 
-def test_vllm_backend_without_vllm_is_refused_naming_the_flag(tmp_path):
+def test_vllm_backend_without_vllm_is_refused_naming_the_flag(tmp_path, capsys):
     """The main .venv has no vLLM (it lives in .venv-vllm): refused at parse time, before a model is loaded."""
     pytest.importorskip("torch")
     import importlib.util
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vllm is installed here: the refusal is for a venv without it")
-    proc = run_eval(["--model_name_or_path", str(tmp_path), "--rollout_backend", "vllm"])  # an empty folder: never loaded
+    # an empty folder: never loaded
+    proc = eval_in_process(["--model_name_or_path", str(tmp_path), "--rollout_backend", "vllm"], capsys)
     assert proc.returncode != 0
     assert "--rollout_backend vllm" in proc.stderr and "setup_vllm_cpu.sh" in proc.stderr

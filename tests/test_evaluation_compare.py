@@ -2,7 +2,7 @@
 import json
 
 from rl.evaluation import model_label, setting_differences
-from tests.test_eval_cli import run_eval
+from tests.test_eval_cli import eval_in_process
 
 
 def test_settings_that_decide_the_numbers_are_reported_when_they_differ():
@@ -17,16 +17,14 @@ def test_a_column_is_named_by_the_model_not_by_its_full_path():
     assert model_label("Qwen/Qwen3-4B") == "Qwen/Qwen3-4B"
 
 
-def test_compare_warns_when_the_other_run_used_other_settings(tiny_model_dir, tmp_path):
+def test_compare_warns_when_the_other_run_used_other_settings(tiny_model_dir, tmp_path, capsys):
     base = tmp_path / "base"
-    first = run_eval(["--model_name_or_path", tiny_model_dir, "--env", "arith", "--limit", "2",
-                      "--max_new_tokens", "2", "--output_dir", str(base)])
+    common = ["--model_name_or_path", tiny_model_dir, "--env", "arith", "--max_new_tokens", "2"]
+    first = eval_in_process([*common, "--limit", "2", "--output_dir", str(base)], capsys)
     assert first.returncode == 0, first.stderr[-3000:]
-    same = run_eval(["--model_name_or_path", tiny_model_dir, "--env", "arith", "--limit", "2", "--max_new_tokens", "2",
-                     "--compare", str(base / "results.json")])
+    same = eval_in_process([*common, "--limit", "2", "--compare", str(base / "results.json")], capsys)
     assert same.returncode == 0 and "not comparable" not in same.stdout
-    other = run_eval(["--model_name_or_path", tiny_model_dir, "--env", "arith", "--limit", "3", "--max_new_tokens", "2",
-                      "--compare", str(base / "results.json")])
+    other = eval_in_process([*common, "--limit", "3", "--compare", str(base / "results.json")], capsys)
     assert other.returncode == 0, other.stderr[-3000:]
     assert "not comparable: limit 3 vs 2" in other.stdout
     assert json.loads((base / "results.json").read_text())["config"]["limit"] == 2

@@ -6,7 +6,7 @@ import torch
 
 from rl.judge import Judge, judge_results, pair_outcome, rates, wilson_interval
 from tests.helpers import build_tiny_model
-from tests.test_eval_cli import run_eval
+from tests.test_eval_cli import eval_in_process
 
 
 def test_a_response_wins_only_when_preferred_in_both_orders():
@@ -49,25 +49,29 @@ def test_problems_are_matched_by_id_and_unmatched_ones_counted(tiny_judge):
 
 
 @pytest.mark.slow
-def test_eval_judges_a_checkpoint_against_a_baseline_results_file(tiny_model_dir, tmp_path):
+def test_eval_judges_a_checkpoint_against_a_baseline_results_file(tiny_model_dir, tmp_path, capsys):
     other_model = build_tiny_model(str(tmp_path / "other_model"), seed=1)
     common = ["--env", "arith", "--limit", "6", "--max_new_tokens", "6"]
-    base = run_eval(["--model_name_or_path", other_model, *common, "--output_dir", str(tmp_path / "base")])
+    base = eval_in_process(["--model_name_or_path", other_model, *common, "--output_dir", str(tmp_path / "base")],
+                           capsys)
     assert base.returncode == 0, base.stderr[-3000:]
-    judged = run_eval(["--model_name_or_path", tiny_model_dir, *common, "--output_dir", str(tmp_path / "run"),
-                       "--compare", str(tmp_path / "base" / "results.json"), "--judge_model", tiny_model_dir])
+    judged = eval_in_process(["--model_name_or_path", tiny_model_dir, *common, "--output_dir", str(tmp_path / "run"),
+                              "--compare", str(tmp_path / "base" / "results.json"), "--judge_model", tiny_model_dir],
+                             capsys)
     assert judged.returncode == 0, judged.stderr[-3000:]
     judge = json.loads((tmp_path / "run" / "results.json").read_text())["judge"]
     assert judge["judge/pairs"] == 6 and judge["judge/unmatched"] == 0
     assert judge["judge/win"] + judge["judge/tie"] + judge["judge/loss"] == pytest.approx(1.0)
     assert "judge (this run vs --compare): win" in judged.stdout
     # the baseline judged against its own results: identical responses, only ties
-    itself = run_eval(["--model_name_or_path", other_model, *common, "--output_dir", str(tmp_path / "self"),
-                       "--compare", str(tmp_path / "base" / "results.json"), "--judge_model", tiny_model_dir])
+    itself = eval_in_process(["--model_name_or_path", other_model, *common, "--output_dir", str(tmp_path / "self"),
+                              "--compare", str(tmp_path / "base" / "results.json"), "--judge_model", tiny_model_dir],
+                             capsys)
     assert itself.returncode == 0, itself.stderr[-3000:]
     assert json.loads((tmp_path / "self" / "results.json").read_text())["judge"]["judge/tie"] == 1.0
 
 
-def test_judge_without_a_baseline_is_refused(tiny_model_dir):
-    proc = run_eval(["--model_name_or_path", tiny_model_dir, "--judge_model", tiny_model_dir, "--limit", "1"])
+def test_judge_without_a_baseline_is_refused(tiny_model_dir, capsys):
+    proc = eval_in_process(["--model_name_or_path", tiny_model_dir, "--judge_model", tiny_model_dir, "--limit", "1"],
+                           capsys)
     assert proc.returncode != 0 and "pass its results.json with --compare" in proc.stderr
