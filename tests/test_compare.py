@@ -109,19 +109,34 @@ def _leftovers(cache):
     return found
 
 
+def _sweep_in_process(argv, capsys):
+    """compare.py's main(ARGV) in this process (the sweep's train.py and eval.py runs are still real launches):
+    its result and stdout. A refusal or failed run raises SystemExit naming it, as the script would exit."""
+    capsys.readouterr()
+    result = compare.main(argv)
+    assert result is not None  # a report was written (main returns None only for --plan)
+    return result, capsys.readouterr().out
+
+
 @pytest.mark.slow
-def test_a_killed_sweep_resumes_where_it_stopped_and_a_finished_one_comes_from_its_cache(tiny_model_dir, tmp_path):
+def test_a_killed_sweep_resumes_where_it_stopped_and_a_finished_one_comes_from_its_cache(tiny_model_dir, tmp_path,
+                                                                                         monkeypatch, capsys):
     cache, prefix = tmp_path / "cache", tmp_path / "results" / "tiny"
-    argv = [sys.executable, "benchmarks/compare.py", "--name", "tiny", "--seeds", "1,2",
-            "--method", "grpo=--algo grpo", "--method", "dr_grpo=--algo grpo --scale_rewards none",
-            "--train_args", shlex.join(["--model_name_or_path", tiny_model_dir, "--max_steps", "1", "--dtype", "fp32",
-                                        *TINY_RUN]),
-            "--eval_args", "--limit 2 --max_new_tokens 6", "--metric", "eval:pass@1", "--also", "last:reward/mean",
-            "--cache_dir", str(cache), "--results", str(prefix)]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=REPO_ROOT, TOKENIZERS_PARALLELISM="false")
+    flags = ["--name", "tiny", "--seeds", "1,2",
+             "--method", "grpo=--algo grpo", "--method", "dr_grpo=--algo grpo --scale_rewards none",
+             "--train_args", shlex.join(["--model_name_or_path", tiny_model_dir, "--max_steps", "1", "--dtype", "fp32",
+                                         *TINY_RUN]),
+             "--eval_args", "--limit 2 --max_new_tokens 6", "--metric", "eval:pass@1", "--also", "last:reward/mean",
+             "--cache_dir", str(cache), "--results", str(prefix)]
+    env = dict(OMP_NUM_THREADS="1", PYTHONPATH=REPO_ROOT, TOKENIZERS_PARALLELISM="false")
+    for key, value in env.items():  # for the runs the in-process invocations below start
+        monkeypatch.setenv(key, value)
 
     # 1. Kill the whole sweep (its process group, as Ctrl-C or a job scheduler does) once the first run is done.
-    sweep = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    #    The script itself, in its own process: the later invocations run its main() here, which pays no interpreter
+    #    start-up (each invocation's own work, the runs it starts included, is the same).
+    sweep = subprocess.Popen([sys.executable, "benchmarks/compare.py", *flags], cwd=REPO_ROOT,
+                             env=dict(os.environ, **env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)
     deadline = time.time() + 900
     while not (cache.exists() and _completed(cache)) and sweep.poll() is None and time.time() < deadline:
@@ -140,8 +155,7 @@ def test_a_killed_sweep_resumes_where_it_stopped_and_a_finished_one_comes_from_i
     assert json.loads((cache / "tiny.sweep.json").read_text())["deciding_metric"] == "eval:pass@1"
 
     # 2. The same command again: the finished run is reused, the rest (the interrupted one included) run.
-    resumed = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    _sweep_in_process(flags, capsys)
     result = json.loads(prefix.with_suffix(".json").read_text())
     assert (_stamp(first / "run.json"), _stamp(first / "train" / "metrics.jsonl")) == first_stamps
     assert result["ran_this_invocation"] == 3
@@ -165,35 +179,30 @@ def test_a_killed_sweep_resumes_where_it_stopped_and_a_finished_one_comes_from_i
 
     # 3. Once more: nothing runs, every run's files are untouched, the same numbers come out.
     stamps = {d: _stamp(cache / d / "train" / "metrics.jsonl") for d in _completed(cache)}
-    again = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0, again.stderr[-3000:]
+    _, again_stdout = _sweep_in_process(flags, capsys)
     cached = json.loads(prefix.with_suffix(".json").read_text())
     assert cached["ran_this_invocation"] == 0
     assert {d: _stamp(cache / d / "train" / "metrics.jsonl") for d in _completed(cache)} == stamps
     assert len(stamps) == 4
     assert cached["comparisons"] == result["comparisons"]
-    assert "running" not in again.stdout and again.stdout.count("cached") == 4
+    assert "running" not in again_stdout and again_stdout.count("cached") == 4
 
     # 4. --archive slims the cache to the report's inputs; that archive alone reproduces the report.
     archive = tmp_path / "archive"
-    slim = subprocess.run([*argv, "--archive", str(archive)], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert slim.returncode == 0, slim.stderr[-3000:]
+    _sweep_in_process([*flags, "--archive", str(archive)], capsys)
     archived = sorted(str(p.relative_to(archive)) for p in archive.rglob("*") if p.is_file())
     # run.json, metrics.jsonl, eval results, and the evidence compressed: eval responses, training completions
     assert len(archived) == 1 + 4 * 5 and "tiny.sweep.json" in archived, archived
     assert not any("final" in name or "checkpoint" in name for name in archived), archived
     # the sweep script's own command, --archive included, with --cache_dir pointed at the archive
-    from_archive_argv = [*(a if a != str(cache) else str(archive) for a in argv), "--archive", str(archive)]
-    reproduced = subprocess.run(from_archive_argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert reproduced.returncode == 0, reproduced.stderr[-3000:]
+    from_archive = [*(a if a != str(cache) else str(archive) for a in flags), "--archive", str(archive)]
+    _sweep_in_process(from_archive, capsys)
     again_result = json.loads(prefix.with_suffix(".json").read_text())
     assert again_result["ran_this_invocation"] == 0 and again_result["comparisons"] == result["comparisons"]
     # a later credo with one more flag gives every run another key: an archived run is still found by its command
     renamed = next(r for r in result["runs"]["grpo"] if r["seed"] == 1)["key"][:20]
     os.rename(archive / renamed, archive / "keyed_by_an_older_credo")
-    by_command = subprocess.run(from_archive_argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert by_command.returncode == 0, by_command.stderr[-3000:]
+    _sweep_in_process(from_archive, capsys)
     by_command_result = json.loads(prefix.with_suffix(".json").read_text())
     assert by_command_result["ran_this_invocation"] == 0
     assert by_command_result["comparisons"] == result["comparisons"]
@@ -202,12 +211,10 @@ def test_a_killed_sweep_resumes_where_it_stopped_and_a_finished_one_comes_from_i
     # 5. A sweep missing a run reports, with --partial, only the seeds finished under every method.
     missing = next(r for r in result["runs"]["dr_grpo"] if r["seed"] == 2)["key"][:20]
     os.remove(archive / missing / "run.json")
-    partial = subprocess.run([*from_archive_argv, "--partial"], cwd=REPO_ROOT, env=env, capture_output=True,
-                             text=True, timeout=600)
-    assert partial.returncode == 0, partial.stderr[-3000:]
+    _, partial_stdout = _sweep_in_process([*from_archive, "--partial"], capsys)
     partial_result = json.loads(prefix.with_suffix(".json").read_text())
     assert partial_result["partial"] is True and partial_result["seeds"] == [1]
-    assert partial_result["ran_this_invocation"] == 0 and "running" not in partial.stdout
+    assert partial_result["ran_this_invocation"] == 0 and "running" not in partial_stdout
     assert "**Partial**" in prefix.with_suffix(".md").read_text()
 
 
