@@ -36,9 +36,11 @@ def test_a_run_killed_after_a_checkpoint_continues_from_it(tiny_model_dir, tmp_p
     argv = ["--model_name_or_path", tiny_model_dir, *TINY_RUN, "--max_steps", "3", "--save_steps", "1",
             "--dtype", "fp32", "--seed", "1", "--resume", "none"]
     config = compare.resolved_config([*argv, "--output_dir", str(tmp_path / "unused")], "test")
-    # the run as a kill after its step-2 checkpoint leaves it: stopped there, without the final export
+    # the run as a kill after its step-2 checkpoint leaves it: stopped there, without the final export (made by
+    # `python train.py`, one process: the launcher is exercised by compare.py's continuation below)
     cut = tmp_path / "cut"
-    stopped = run_train([*argv[:-2], "--output_dir", str(cut / "train"), "--enable_test_mode", "--test_stop_step", "2"])
+    stopped = run_train([*argv[:-2], "--output_dir", str(cut / "train"), "--enable_test_mode", "--test_stop_step", "2"],
+                        launcher=False)
     assert_ok(stopped)
     shutil.rmtree(cut / "train" / "final")
     (cut / "train.log").write_text(stopped.stdout)
