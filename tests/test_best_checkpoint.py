@@ -50,18 +50,25 @@ def test_bad_best_and_validation_flags_are_refused_naming_the_flag(tiny_model_di
 # --- a kill at any moment -------------------------------------------------------------------------------------
 
 SAVER = """
-import sys, types
+import os, sys, types
 from rl.best_checkpoint import BestCheckpoint
 from rl.models import load_tokenizer
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, LlamaForCausalLM  # noqa: F401 - imported once, before the forks
 model_dir, out = sys.argv[1], sys.argv[2]
-actor, tokenizer = types.SimpleNamespace(module=AutoModelForCausalLM.from_pretrained(model_dir)), load_tokenizer(model_dir)
-keeper = BestCheckpoint("eval/pass@1", out, resumed=True)
-step = (keeper.best_step or 0) + 1
-while True:  # every step a new best: the save runs back to back until the parent kills this process
-    keeper.consider(step, {"eval/pass@1": float(step)}, actor, tokenizer)
-    print("saved", step, flush=True)
-    step += 1
+for _ in sys.stdin:  # a line: a new saver process, forked so that only the first pays the imports
+    pid = os.fork()
+    if pid == 0:  # the saver: every step a new best, saved back to back until the parent's parent kills it
+        actor = types.SimpleNamespace(module=AutoModelForCausalLM.from_pretrained(model_dir))
+        tokenizer = load_tokenizer(model_dir)
+        keeper = BestCheckpoint("eval/pass@1", out, resumed=True)  # what the last killed saver left, from disk
+        step = (keeper.best_step or 0) + 1
+        while True:
+            keeper.consider(step, {"eval/pass@1": float(step)}, actor, tokenizer)
+            print("saved", step, flush=True)
+            step += 1
+    print("saver", pid, flush=True)
+    os.waitpid(pid, 0)
+    print("reaped", flush=True)
 """
 
 
@@ -81,21 +88,31 @@ def test_a_sigkill_during_best_saves_leaves_best_a_complete_model(tiny_model_dir
     out = str(tmp_path / "run")
     os.makedirs(out)
     env = dict(os.environ, PYTHONPATH=REPO_ROOT, OMP_NUM_THREADS="1")
-    last = 0
-    for kill_after in (2, 3, 4):  # kill at a different point of the save each time
-        child = subprocess.Popen([sys.executable, "-c", SAVER, tiny_model_dir, out], cwd=REPO_ROOT, env=env,
-                                 stdout=subprocess.PIPE, text=True)
-        saves = 0
-        while saves < kill_after:  # (DeepSpeed's import prints a warning line first)
-            line = child.stdout.readline()
-            assert line, "the saver died before its saves"
-            saves += line.startswith("saved")
-        time.sleep(0.01 * kill_after)  # somewhere inside the next save
-        child.send_signal(signal.SIGKILL)
-        child.wait()
-        step = assert_best_is_complete(out)
-        assert step >= last + kill_after  # resumed from the best it found: nothing went backwards
-        last = step
+    forker = subprocess.Popen([sys.executable, "-c", SAVER, tiny_model_dir, out], cwd=REPO_ROOT, env=env,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        last = 0
+        for kill_after in (2, 3, 4):  # kill at a different point of the save each time
+            forker.stdin.write("go\n")
+            forker.stdin.flush()
+            saver, saves = None, 0
+            while saver is None or saves < kill_after:  # (DeepSpeed's import prints a warning line first)
+                line = forker.stdout.readline()
+                assert line and not line.startswith("reaped"), "the saver died before its saves"
+                saves += line.startswith("saved")
+                saver = int(line.split()[1]) if line.startswith("saver ") else saver
+            time.sleep(0.01 * kill_after)  # somewhere inside the next save
+            os.kill(saver, signal.SIGKILL)
+            line = "saved"
+            while not line.startswith("reaped"):  # (after the saves it printed before it died)
+                line = forker.stdout.readline()
+                assert line, "the forking process died"
+            step = assert_best_is_complete(out)
+            assert step >= last + kill_after  # resumed from the best it found: nothing went backwards
+            last = step
+    finally:
+        forker.kill()
+        forker.wait()
     folders = [n for n in os.listdir(out) if n.startswith("best_step_")]
     assert len(folders) <= 2  # the one `best` names, plus at most the last kill's leftover (the next save removes it)
 
@@ -115,7 +132,7 @@ def test_a_run_keeps_the_export_of_its_best_validated_step_starting_from_step_0(
                       "12", "--temperature", "1.0", "--actor_learning_rate", "1e-2", "--num_train_samples", "200",
                       "--max_steps", "3", "--eval_steps", "1", "--eval_limit", "4", "--eval_before_train",
                       "--eval_n", "2", "--eval_temperature", "1.0", "--save_best_metric", "eval/mean_final_score",
-                      "--save_model_only_steps", "1"])
+                      "--save_model_only_steps", "1"], launcher=False)  # one process: not a test of the launcher
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = read_metrics(os.path.join(out, "metrics.jsonl"))
     assert [r["step"] for r in rows] == [0, 1, 2, 3]  # step 0: the initial model, before any update
