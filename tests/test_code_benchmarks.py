@@ -12,8 +12,8 @@ pytestmark = pytest.mark.slow
 # Some reference solutions are slow by design (mbpp-123 sums divisors up to 9999): a generous limit keeps a busy CI
 # machine from turning a correct solution into a timeout.
 LIMITS = dict(timeout_s=30)
-# One run keeps well under a core busy (about 85 ms of CPU in 130-200 ms: it waits on bubblewrap's namespaces,
-# process start-ups and the runner's polls), so four at once, not --code_workers' two, fill two cores.
+# A run's two sandboxes start side by side (about 75 ms of CPU in 70 ms alone), but each run also waits on process
+# start-ups and bubblewrap's namespaces: four at once fill two cores' gaps that two leave (41 vs 48 ms a run here).
 WORKERS = 4
 
 
