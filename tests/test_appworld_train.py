@@ -1,4 +1,5 @@
-"""`--env appworld` (lite) end to end: training under the real launcher, and eval.py reporting TGC and SGC."""
+"""`--env appworld` (lite) end to end: training under the real launcher, and eval.py reporting TGC and SGC (its
+main() in this process: the same code as `python eval.py`, without a new interpreter's imports)."""
 import json
 import os
 
@@ -6,7 +7,7 @@ import pytest
 
 from rl.metrics import read_metrics
 from tests.helpers import run_train
-from tests.test_eval_cli import run_eval
+from tests.test_eval_cli import eval_in_process
 from tests.test_train_deepspeed import assert_ok
 
 
@@ -26,10 +27,11 @@ def test_appworld_lite_trains_end_to_end_with_tcpo(tiny_model_dir, tmp_path):
     assert 0 < rows[-1]["reward/mean"] < 1  # a random model changes nothing: collateral checks pass, goals do not
 
 
-def test_eval_reports_tgc_and_sgc_on_the_lite_test_split(tiny_model_dir, tmp_path):
+def test_eval_reports_tgc_and_sgc_on_the_lite_test_split(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "eval"
-    proc = run_eval(["--model_name_or_path", tiny_model_dir, "--env", "appworld", "--limit", "3", "--max_turns", "2",
-                     "--max_new_tokens", "6", "--max_prompt_seq_len", "256", "--output_dir", str(out)])
+    proc = eval_in_process(["--model_name_or_path", tiny_model_dir, "--env", "appworld", "--limit", "3",
+                            "--max_turns", "2", "--max_new_tokens", "6", "--max_prompt_seq_len", "256",
+                            "--output_dir", str(out)], capsys)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "results.json").read_text())
     metrics = result["metrics"]
