@@ -115,7 +115,7 @@ def main(argv=None):
     p.add_argument("--runs_dir", default=os.path.join(REPO, "benchmarks", "results", "archive", "main_job"),
                    help="slim records, committed (default benchmarks/results/archive/main_job)")
     p.add_argument("--report", action="store_true", help="run nothing; report from --runs_dir")
-    p.add_argument("--results", default=os.path.join(REPO, "benchmarks", "results", "main_job"))
+    p.add_argument("--results", default=os.path.join(REPO, "benchmarks", "results", "main_job_seeds"))
     a = p.parse_args(argv)
     seeds = [int(s) for s in a.seeds.split(",")]
     if not a.report:
