@@ -1,4 +1,9 @@
-"""Crash safety under the real launcher: exact resume, a kill during a save, signals, failing rewards, NaN steps."""
+"""Crash safety: exact resume, a kill during a save, signals, failing rewards, NaN steps, an orphaned rank.
+
+Exact resume runs 2 ranks under the real launcher (ZeRO-3 shards and each rank's RNG are what it is about), and
+the orphaned rank needs the launcher it outlives. The other tests are not about ranks or the launcher: they run
+`python train.py` in one process (run_train(launcher=False), the real DeepSpeed engine), with --actor_zero_stage 3
+where the test ran 2 ranks before (ZeRO-3 being the several-rank default), so that they take the same save path."""
 import os
 import signal
 import subprocess
@@ -17,6 +22,7 @@ pytestmark = pytest.mark.slow
 
 # 8 training rows, 2 ranks x 2 prompts: every 2 steps is one pass over the data, so step 2 is an epoch boundary.
 RUN = [*TINY_RUN[:-2], "--num_train_samples", "8", "--max_steps", "4", "--no_final_export"]
+ZERO3 = ["--actor_zero_stage", "3"]  # one process defaults to stage 0 (rl/zero_config.py)
 TIMING_KEYS = ("time/", "time_share/", "throughput/")
 
 
@@ -62,14 +68,14 @@ def test_stop_and_resume_at_an_epoch_boundary_matches_an_uninterrupted_run(unint
 
 def test_a_kill_during_a_save_keeps_the_previous_checkpoint_and_resume_works(tiny_model_dir, tmp_path):
     out = str(tmp_path)
-    killed = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--save_steps", "1"],
-                       num_ranks=2, faults=["--kill_in_save_at_step", "3"])
+    killed = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, *ZERO3, "--save_steps", "1"],
+                       launcher=False, faults=["--kill_in_save_at_step", "3"])
     assert killed.returncode != 0
     root = os.path.join(out, "checkpoints")
     assert latest_checkpoint(root) == "step_2"
     assert os.path.isdir(os.path.join(root, ".tmp-step_3"))  # the half-written save, never named by `latest`
-    resumed = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--save_steps", "1"],
-                        num_ranks=2)
+    resumed = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, *ZERO3,
+                         "--save_steps", "1"], launcher=False)
     assert_ok(resumed)
     assert "at step 2" in resumed.stdout
     assert latest_checkpoint(root) == "step_4"
@@ -80,7 +86,7 @@ def test_a_kill_during_a_save_keeps_the_previous_checkpoint_and_resume_works(tin
 def test_save_total_limit_keeps_the_newest_checkpoints(tiny_model_dir, tmp_path):
     out = str(tmp_path)
     assert_ok(run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--save_steps", "1",
-                         "--save_total_limit", "2", "--resume", "none"], num_ranks=1))
+                         "--save_total_limit", "2", "--resume", "none"], launcher=False))
     root = os.path.join(out, "checkpoints")
     assert sorted(n for n in os.listdir(root) if n.startswith("step_")) == ["step_3", "step_4"]
 
@@ -106,9 +112,9 @@ def test_sigterm_finishes_the_step_saves_and_exits_zero(tiny_model_dir, tmp_path
 
 def test_a_reward_that_always_raises_stops_the_run_with_a_checkpoint(tiny_model_dir, tmp_path):
     out = str(tmp_path)
-    args = ["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN]
+    args = ["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, *ZERO3]
     args[args.index("tests.fixture_envs:DigitFractionEnv")] = "tests.fixture_envs:BrokenVerifierEnv"
-    proc = run_train(args, num_ranks=2)
+    proc = run_train(args, launcher=False)
     assert proc.returncode != 0
     text = proc.stdout + proc.stderr
     assert "reward calls failed at step 1" in text and "--max_reward_error_rate" in text
@@ -120,8 +126,8 @@ def test_a_reward_that_always_raises_stops_the_run_with_a_checkpoint(tiny_model_
 def test_a_nan_step_is_skipped_and_repeated_nan_steps_stop_the_run(tiny_model_dir, tmp_path):
     out = str(tmp_path)
     # ZeRO-3 on one rank (no longer the one-process default): DeepSpeed's own overflow check skips the step
-    assert_ok(run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--actor_zero_stage", "3",
-                         "--save_steps", "1", "--save_total_limit", "0", "--resume", "none"], num_ranks=1,
+    assert_ok(run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, *ZERO3,
+                         "--save_steps", "1", "--save_total_limit", "0", "--resume", "none"], launcher=False,
                         faults=["--nan_loss_at_steps", "2"]))
     root = os.path.join(out, "checkpoints")
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
@@ -131,8 +137,8 @@ def test_a_nan_step_is_skipped_and_repeated_nan_steps_stop_the_run(tiny_model_di
     rows = read_metrics(os.path.join(out, "metrics.jsonl"))
     assert [r["train/skipped_step"] for r in rows] == [0.0, 1.0, 0.0, 0.0]
 
-    stopped = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--actor_zero_stage", "3",
-                         "--save_steps", "1", "--resume", "none", "--max_bad_steps", "2"], num_ranks=1,
+    stopped = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, *ZERO3,
+                         "--save_steps", "1", "--resume", "none", "--max_bad_steps", "2"], launcher=False,
                         faults=["--nan_loss_at_steps", "2,3"])
     assert stopped.returncode != 0
     assert "2 consecutive steps had non-finite loss or gradients" in stopped.stdout + stopped.stderr
@@ -144,7 +150,7 @@ def test_a_nan_step_without_zero_changes_no_weight_and_the_next_step_trains(tiny
     out = str(tmp_path)
     assert_ok(run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--actor_zero_stage", "0",
                          "--save_steps", "1", "--save_total_limit", "0", "--resume", "none", "--max_steps", "3"],
-                        num_ranks=1, faults=["--nan_loss_at_steps", "2"]))
+                        launcher=False, faults=["--nan_loss_at_steps", "2"]))
     root = os.path.join(out, "checkpoints")
     weights = {tag: torch.load(os.path.join(root, tag, "mp_rank_00_model_states.pt"), weights_only=False)["module"]
                for tag in ("step_1", "step_2", "step_3")}
@@ -206,13 +212,13 @@ def test_a_rank_orphaned_by_a_killed_launcher_keeps_its_output_dir_locked(tiny_m
         assert launch and rank_pid in _children(launch[0])
         os.kill(launch[0], signal.SIGKILL)  # the launcher dies; its rank does not (the issue's orphan)
         runner.wait(timeout=60)
-        time.sleep(1)
         assert _alive(rank_pid)
 
         second = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *TINY_RUN,
                             "--max_steps", "500", "--no_final_export"], launcher=False)
         assert second.returncode != 0
         assert f"is in use by another trainer (pid {rank_pid} " in second.stdout + second.stderr
+        assert _alive(rank_pid)  # still, the second trainer's start-up later: the orphan did not die with its launcher
     finally:
         for pid in [rank_pid, *launch, runner.pid]:
             if pid is not None and _alive(pid):
