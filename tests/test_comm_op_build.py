@@ -1,9 +1,11 @@
 """A launch after a killed comm-op build runs instead of waiting for ever on the lock it left (rl/comm_op_build.py)."""
 import os
+import select
 import signal
 import subprocess
 import sys
-import time
+
+import pytest
 
 from rl.comm_op_build import build_lock, remove_stale_baton
 from rl.dist import REPO_ROOT
@@ -11,22 +13,31 @@ from tests.helpers import run_train
 
 HOLD = ("import sys, time\n"
         "from rl.comm_op_build import build_lock\n"
+        "print('waiting', flush=True)\n"
         "with build_lock(sys.argv[1]):\n"
         "    print('held', flush=True)\n"
         "    time.sleep(60)\n")
 
 
+def _hold(lock_dir):
+    """A process that takes the build lock and holds it; unbuffered, so that readline takes one line and select on
+    its stdout sees exactly what has not been read yet."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, lock_dir], stdout=subprocess.PIPE, bufsize=0,
+                            env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+    assert proc.stdout.readline().strip() == b"waiting"  # imported, about to ask for the lock
+    return proc
+
+
 def test_the_build_lock_is_exclusive_and_released_when_its_holder_is_killed(tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True,
-                              env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+    holder = _hold(str(tmp_path))
     try:
-        assert holder.stdout.readline().strip() == "held"
-        waiter = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True,
-                                  env=dict(os.environ, PYTHONPATH=REPO_ROOT))
-        time.sleep(2)
+        assert holder.stdout.readline().strip() == b"held"
+        waiter = _hold(str(tmp_path))
+        # a second holder would print "held" within milliseconds of "waiting"; a second is plenty
+        assert select.select([waiter.stdout], [], [], 1.0)[0] == []
         assert waiter.poll() is None  # still waiting for the lock
         holder.send_signal(signal.SIGKILL)  # killed mid-build: the kernel drops its flock
-        assert waiter.stdout.readline().strip() == "held"
+        assert waiter.stdout.readline().strip() == b"held"
         waiter.kill()
         waiter.wait()
     finally:
@@ -47,13 +58,19 @@ def test_only_the_comm_ops_torch_lock_is_removed(tmp_path):
     assert (tmp_path / "cpu_adam" / "lock").exists()
 
 
+@pytest.mark.slow
 def test_a_launch_after_a_killed_build_does_not_wait_on_its_lock(tiny_model_dir, tmp_path):
     # The lock a process killed inside torch's build section leaves (torch/utils/file_baton.py): before the fix a
     # launch waited on it for ever, silently, after "Setting accelerator to CPU".
-    build_dir = os.path.join(REPO_ROOT, ".cache", "torch_extensions", "deepspeed_shm_comm")
-    os.makedirs(build_dir, exist_ok=True)
+    extensions_dir = os.path.join(REPO_ROOT, ".cache", "torch_extensions")
+    build_dir = os.path.join(extensions_dir, "deepspeed_shm_comm")
     stale = os.path.join(build_dir, "lock")
-    open(stale, "w").close()
+    # Planted inside the flock, as a killed build leaves it. Planted outside it, a launch from this checkout that is
+    # running now (another session's) can be between its stale-lock check and torch's own lock, and then waits on
+    # this file, holding the flock, until the finally below: this test's launch waited 300 s on it so, once.
+    with build_lock(extensions_dir):
+        os.makedirs(build_dir, exist_ok=True)
+        open(stale, "w").close()
     data = tmp_path / "train.jsonl"
     data.write_text('{"problem": "1+1", "answer": "2"}\n{"problem": "2+2"\n')  # stops right after init: quick
     try:
