@@ -11,7 +11,8 @@ import pytest
 
 from rl.checkpoint import latest_checkpoint
 from rl.metrics import read_metrics
-from scripts.launch import DEFAULT_PORT, with_master_port
+import scripts.launch
+from scripts.launch import with_master_port
 from tests.helpers import REPO_ROOT
 from tests.test_train_deepspeed import TINY_RUN
 
@@ -36,16 +37,17 @@ def test_a_busy_master_port_is_refused_at_once_naming_the_flag(busy_port):
     assert time.time() - start < 10  # not the rendezvous' 37 s timeout
 
 
-def test_without_a_port_a_free_one_is_chosen():
+def test_without_a_port_a_free_one_is_chosen(monkeypatch):
+    # The default port held here, under the default's name: 29500 itself may be another run's, which can let it go
+    # between a failed bind here and with_master_port's check (it did, on a shared machine), and then it is chosen.
     with socket.socket() as s:
-        try:
-            s.bind(("", DEFAULT_PORT))
-            s.listen()
-        except OSError:
-            pass  # already busy on this machine: the point holds either way
+        s.bind(("", 0))
+        s.listen()
+        busy = s.getsockname()[1]
+        monkeypatch.setattr(scripts.launch, "DEFAULT_PORT", busy)
         argv = with_master_port(["--num_gpus", "1", "train.py"])
     assert argv[0] == "--master_port" and argv[2:] == ["--num_gpus", "1", "train.py"]
-    assert int(argv[1]) != DEFAULT_PORT
+    assert int(argv[1]) != busy
 
 
 @pytest.mark.slow
