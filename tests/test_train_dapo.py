@@ -1,5 +1,5 @@
-"""DAPO's dynamic sampling and truncated-completion mask, trained for real under the `deepspeed` launcher on the tiny
-random Llama: what reaches the update is what the flags promise."""
+"""DAPO's dynamic sampling and truncated-completion mask, trained for real on the tiny random Llama (dynamic sampling
+on two ranks under the `deepspeed` launcher): what reaches the update is what the flags promise."""
 import os
 
 import pytest
@@ -54,9 +54,11 @@ def test_masked_truncated_completions_leave_the_weights_untouched(tiny_model_dir
     masked, the update has no token to learn from and the weights stay exactly the same. The overlong penalty
     (buffer 2) lands on every reward at its floor, -1."""
     out = str(tmp_path / "masked")
+    # one plain-python rank: the mask and the penalty are per response (the launcher is the 2-rank run's above)
     proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--env",
                       "tests.fixture_envs:DigitFractionEnv", "--max_answer_seq_len", "4", "--test_stop_step", "2",
-                      "--mask_truncated_completions", "--overlong_buffer_len", "2", *TINY], timeout=1800)
+                      "--mask_truncated_completions", "--overlong_buffer_len", "2", *TINY], launcher=False,
+                     timeout=1800)
     assert_ok(proc)
     rows = read_metrics(os.path.join(out, "metrics.jsonl"))
     for r in rows:
