@@ -1,6 +1,8 @@
 """LoRA through peft (rl/lora.py): flags refused at parse time, only adapters train, the reference is the base with
 adapters off, the merged export equals the adapter on the base, and a resumed LoRA run continues exactly."""
+import json
 import os
+import shutil
 
 import pytest
 import torch
@@ -87,9 +89,11 @@ def test_merged_export_state_equals_the_adapter_applied_to_the_base(tiny_model_d
 
 @pytest.fixture(scope="module")
 def lora_run(tiny_model_dir, tmp_path_factory):
+    """The 2-rank ZeRO-3 LoRA run every launcher test reads; --save_steps 2 leaves the step-2 checkpoint that the
+    resume test continues from."""
     out = str(tmp_path_factory.mktemp("lora_zero3"))
-    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--max_steps", "3", *LORA_RUN],
-                     num_ranks=2)
+    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--max_steps", "3",
+                      "--save_steps", "2", *LORA_RUN], num_ranks=2)
     assert_ok(proc)
     return out
 
@@ -122,12 +126,23 @@ def test_lora_reference_is_the_base_model_with_adapters_off(lora_run):
 
 @pytest.mark.slow
 def test_a_resumed_lora_run_continues_as_the_uninterrupted_run(lora_run, tiny_model_dir, tmp_path):
+    # The uninterrupted run's folder as a run stopped after step 2's checkpoint leaves it (step 3's checkpoint,
+    # metrics line and export removed): relaunched with the same flags, it resumes from the 2-rank ZeRO-3 LoRA
+    # checkpoint and trains step 3 again. (Stopping by --test_stop_step and resuming is test_fault_tolerance's.)
     out = str(tmp_path / "resumed")
-    first = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--max_steps", "3",
-                       "--enable_test_mode", "--test_stop_step", "2", "--no_final_export", *LORA_RUN], num_ranks=2)
-    assert_ok(first)
-    second = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--max_steps", "3", *LORA_RUN],
-                       num_ranks=2)
+    shutil.copytree(lora_run, out)
+    root = os.path.join(out, "checkpoints")
+    shutil.rmtree(os.path.join(root, "step_3"))
+    shutil.rmtree(os.path.join(out, "final"))
+    with open(os.path.join(root, "latest"), "w") as f:
+        f.write("step_2\n")
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        kept = [line for line in f if json.loads(line)["step"] <= 2]
+    with open(os.path.join(out, "metrics.jsonl"), "w") as f:
+        f.writelines(kept)
+    assert [r["step"] for r in read_metrics(os.path.join(out, "metrics.jsonl"))] == [1, 2]
+    second = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--max_steps", "3",
+                        "--save_steps", "2", *LORA_RUN], num_ranks=2)
     assert_ok(second)
     assert "resumed from" in second.stdout and "at step 2" in second.stdout
     resumed = read_metrics(os.path.join(out, "metrics.jsonl"))
