@@ -1,4 +1,4 @@
-"""RLOO's leave-one-out advantage (rl.advantages.rloo) and `--algo rloo` training on the CPU default's settings."""
+"""RLOO's leave-one-out advantage (rl.advantages.rloo) and `--algo rloo` training under the real launcher."""
 import os
 
 import pytest
@@ -41,9 +41,13 @@ def test_the_advantages_of_a_group_sum_to_zero_and_are_not_std_scaled():
 
 @pytest.mark.slow
 def test_algo_rloo_trains(tiny_model_dir, tmp_path):
+    # rloo's one real `deepspeed` launch (one rank), on the CPU default env (arith) at the tiny model's sizes: the
+    # method is under test, not the batch size (the defaults are 8 prompts x 4 responses x 32 tokens per step)
     out = str(tmp_path)
     proc = run_train(["--algo", "rloo", "--model_name_or_path", tiny_model_dir, "--output_dir", out,
-                      "--max_steps", "2", "--no_final_export", "--actor_learning_rate", "1e-3"], launcher=False)
+                      "--max_steps", "2", "--no_final_export", "--actor_learning_rate", "1e-3",
+                      "--num_generations", "4", "--per_device_generation_batch_size", "2", "--max_answer_seq_len", "8"],
+                     num_ranks=1)
     assert_ok(proc)
     rows = read_metrics(os.path.join(out, "metrics.jsonl"))
     assert len(rows) == 2 and all(row["actor/grad_norm"] is not None for row in rows)
