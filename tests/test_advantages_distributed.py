@@ -2,7 +2,6 @@
 import os
 
 import torch
-import torch.distributed as tdist
 import torch.multiprocessing as mp
 
 from rl.advantages import grpo
@@ -13,15 +12,17 @@ GROUPS = torch.tensor([0, 0, 1, 1, 0, 0, 1, 1])  # both groups have members on b
 
 
 def _worker(rank, port, out):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    tdist.init_process_group("gloo", rank=rank, world_size=2)
-    import deepspeed.comm as dscomm
-    dscomm.init_distributed(dist_backend="gloo", auto_mpi_discovery=False, verbose=False, rank=rank, world_size=2)
+    # the launcher's variables, then train.py's own init: the comm op DeepSpeed JIT-builds at init comes from the
+    # checkout's build folder that every train.py launch uses (DeepSpeed's default folder would be a second build,
+    # about a minute on a fresh machine)
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_SIZE="2", MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
     from rl import dist
+    dist.init_distributed()
     local = slice(rank * 4, rank * 4 + 4)
     adv = grpo(dist.all_gather_cat(SCORES[local]), dist.all_gather_cat(GROUPS[local]))[local]
     out[rank] = adv.tolist()
-    tdist.destroy_process_group()
+    dist.shutdown()
 
 
 def test_two_ranks_get_the_single_process_advantages():
