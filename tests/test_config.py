@@ -1,10 +1,6 @@
-import subprocess
-import sys
-
 import pytest
 
 from rl.config import build_parser, parse_args
-from tests.helpers import REPO_ROOT
 
 FOUNDATION_FLAGS = """--algo --env --model_name_or_path --data_path --prompt_key --answer_key --num_generations
 --per_device_generation_batch_size --max_prompt_seq_len --max_answer_seq_len --temperature --top_p --top_k
@@ -14,9 +10,13 @@ FOUNDATION_FLAGS = """--algo --env --model_name_or_path --data_path --prompt_key
 --enable_tensorboard --tensorboard_path --enable_test_mode --test_stop_step""".split()
 
 
-def test_help_lists_every_flag_with_its_default():
-    out = subprocess.run([sys.executable, "train.py", "--help"], cwd=REPO_ROOT, capture_output=True, text=True,
-                         check=True).stdout
+def test_help_lists_every_flag_with_its_default(capsys, monkeypatch):
+    import train
+    monkeypatch.setenv("COLUMNS", "80")  # argparse's width when its output is a pipe, whatever this terminal is
+    with pytest.raises(SystemExit) as exc:  # train.py's main, in this process: --help exits before the heavy imports
+        train.main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
     for flag in FOUNDATION_FLAGS:
         assert flag in out, flag
     assert "(default: grpo)" in out and "(default: 3)" in out
@@ -85,13 +85,18 @@ def test_fp16_on_cpu_and_bad_resume_paths_are_refused(tiny_model_dir, capsys):
 
 
 def test_bad_training_data_stops_before_training_naming_file_and_line(tiny_model_dir, tmp_path):
-    from tests.helpers import run_train
+    # train.py's main in this process, in a one-rank process group as `python train.py` makes: the data is read
+    # before any model is built, so no launch is needed to see the refusal
+    import train
+    from tests.helpers import one_rank_process_group
     data = tmp_path / "train.jsonl"
     data.write_text('{"problem": "1+1", "answer": "2"}\n{"problem": "2+2", "answer": "4"\n')
-    proc = run_train(["--model_name_or_path", tiny_model_dir, "--env", "math", "--data_path", str(data),
-                      "--output_dir", str(tmp_path / "out")], launcher=False)
-    assert proc.returncode != 0
-    assert f"{data}:2: malformed JSON" in proc.stderr
+    with one_rank_process_group(), pytest.raises(SystemExit) as exc:
+        train.main(["--model_name_or_path", tiny_model_dir, "--env", "math", "--data_path", str(data),
+                    "--output_dir", str(tmp_path / "out"), "--dtype", "fp32"])
+    assert isinstance(exc.value.code, str)  # sys.exit(message): printed to stderr, exit status 1
+    assert exc.value.code.startswith("train.py: error: bad training data: ")
+    assert f"{data}:2: malformed JSON" in exc.value.code
     assert not (tmp_path / "out" / "metrics.jsonl").exists()
 
 
