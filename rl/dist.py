@@ -16,6 +16,16 @@ from rl.comm_op_build import load_shm_comm_op
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def own_extensions_dir() -> str:
+    """credo's default TORCH_EXTENSIONS_DIR: one folder per checkout and per Python environment. .venv and
+    .venv-vllm compile the comm op with different include paths, so torch's build hash differs: in one shared folder
+    each rebuilt the op over the other's (45-95 s on 2 cores, several times per suite run)."""
+    import hashlib
+    import sys
+    env = hashlib.sha256(os.path.realpath(sys.prefix).encode()).hexdigest()[:8]
+    return os.path.join(REPO_ROOT, ".cache", "torch_extensions", f"{os.path.basename(sys.prefix)}-{env}")
+
+
 def init_distributed(timeout=None):
     """deepspeed.init_distributed (gloo on CPU, nccl on CUDA) from the launcher's environment variables; `timeout`
     (a timedelta) bounds every collective, so a dead rank ends the run instead of hanging it."""
@@ -24,10 +34,10 @@ def init_distributed(timeout=None):
     # engine would set it only later, in deepspeed.initialize). A no-op on CPU.
     if "LOCAL_RANK" in os.environ:
         get_accelerator().set_device(int(os.environ["LOCAL_RANK"]))
-    # DeepSpeed JIT-builds its CPU shared-memory comm op at init. A build folder per checkout keeps two
+    # DeepSpeed JIT-builds its CPU shared-memory comm op at init. A build folder per checkout and venv keeps two
     # checkouts (or venvs) from rebuilding over each other's files and waiting on each other's lock; the op is
     # loaded first under a lock that a killed build cannot leave behind (rl/comm_op_build.py).
-    own_dir = os.path.join(REPO_ROOT, ".cache", "torch_extensions")
+    own_dir = own_extensions_dir()
     extensions_dir = os.environ.setdefault("TORCH_EXTENSIONS_DIR", own_dir)
     load_shm_comm_op(extensions_dir, owned=os.path.abspath(extensions_dir) == own_dir)
     deepspeed.init_distributed(**({"timeout": timeout} if timeout is not None else {}))

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from rl.comm_op_build import build_lock, remove_stale_baton
-from rl.dist import REPO_ROOT
+from rl.dist import REPO_ROOT, own_extensions_dir
 from tests.helpers import run_train
 
 HOLD = ("import sys, time\n"
@@ -62,7 +62,7 @@ def test_only_the_comm_ops_torch_lock_is_removed(tmp_path):
 def test_a_launch_after_a_killed_build_does_not_wait_on_its_lock(tiny_model_dir, tmp_path):
     # The lock a process killed inside torch's build section leaves (torch/utils/file_baton.py): before the fix a
     # launch waited on it for ever, silently, after "Setting accelerator to CPU".
-    extensions_dir = os.path.join(REPO_ROOT, ".cache", "torch_extensions")
+    extensions_dir = own_extensions_dir()  # credo's own folder, where a stale lock may be removed
     build_dir = os.path.join(extensions_dir, "deepspeed_shm_comm")
     stale = os.path.join(build_dir, "lock")
     # Planted inside the flock, as a killed build leaves it. Planted outside it, a launch from this checkout that is
