@@ -72,8 +72,8 @@ def build_parser():
     add_vllm_engine_flags(p)  # train.py's, with its defaults
     p.add_argument("--seed", type=int, default=0, help="seed of sampling (rank r samples with seed + r)")
     p.add_argument("--dtype", choices=("fp32", "bf16", "auto"), default="fp32",
-                   help="dtype the model is loaded in; auto: train.py's rule (bf16 on CUDA and on CPUs with AMX or "
-                        "AVX-512 BF16, else fp32), printed at start (default fp32)")
+                   help="dtype the model is loaded in; auto: train.py's rule (bf16 on CUDA and where the CPU's bf16 matmul "
+                        "measured >= 1.25x fp32's speed, else fp32), printed at start (default fp32)")
     p.add_argument("--output_dir", default=None, help="results.json and success_by_turn.png go here")
     p.add_argument("--compare", default=None, help="another run's results.json to print side by side")
     p.add_argument("--label", default=None, help="also print `<label>: X` with X = 100 x pass@1")

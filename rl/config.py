@@ -134,8 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "several ranks or with --offload")
     g.add_argument("--offload", action="store_true", help="ZeRO-Offload of parameters and optimizer state to CPU")
     g.add_argument("--dtype", choices=("fp32", "bf16", "fp16", "auto"), default="auto",
-                   help="training dtype; auto = bf16 on CUDA and on CPUs with bf16 matmul instructions (AMX or AVX-512 BF16: "
-                        "1.7-2x faster steps measured), fp32 on other CPUs; fp16 (loss-scaled) is CUDA only")
+                   help="training dtype; auto = bf16 on CUDA, and on a CPU only where a bf16 matmul probe measured >= 1.25x "
+                        "fp32's speed on this machine (kept in .cache/hardware/; AVX2-only CPUs emulate bf16 at ~0.01x), "
+                        "else fp32; printed at start. fp16 (loss-scaled) is CUDA only")
     g.add_argument("--enable_hybrid_engine", action="store_true",
                    help="DeepSpeed hybrid engine for generation (CUDA and an architecture whose DeepSpeed 0.19 "
                         "container fits transformers 5.x: bloom, gptj, gpt_neo, untested; not llama, gpt_neox, qwen, "

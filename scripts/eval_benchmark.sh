@@ -23,7 +23,7 @@ MAX_TURNS=${MAX_TURNS:-3}
 TEMPERATURE=${TEMPERATURE:-0.6}
 TOP_P=${TOP_P:-0.95}
 MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-1024}
-DTYPE=${DTYPE:-auto}  # eval.py: bf16 on CUDA and on CPUs with AMX or AVX-512 BF16, else fp32
+DTYPE=${DTYPE:-auto}  # eval.py: train.py's rule (bf16 on CUDA and where the CPU's bf16 matmul measured faster)
 set -x
 python eval.py --model_name_or_path "$MODEL" --env math --data_path "$DATA" --limit "$LIMIT" --n "$N" --k "$K" \
     --max_turns "$MAX_TURNS" --temperature "$TEMPERATURE" --top_p "$TOP_P" --max_new_tokens "$MAX_NEW_TOKENS" \

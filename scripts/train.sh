@@ -15,8 +15,8 @@ OUTPUT=${OUTPUT:-output/grpo_arith_smollm2}
 NUM_RANKS=${NUM_RANKS:-1}          # 1 rank x 2 threads beats 2 ranks x 1 thread here (26 s vs 44 s a step)
 # empty: train.py's default, ZeRO stage 0 in one process (DeepSpeed-Chat's single_gpu scripts), 3 on several ranks
 ZERO_STAGE=${ZERO_STAGE:-}
-# auto: bf16 where the CPU has bf16 matmul instructions (AMX or AVX-512 BF16; steps measured 1.7-2x faster than fp32
-# on both kinds, README), else fp32; train.py and eval.py print the choice (rl/hardware.py).
+# auto: bf16 where a bf16 matmul probe measured >= 1.25x fp32's speed on this machine (AMX, AVX-512 BF16), else fp32
+# (AVX2 only: bf16 is emulated at ~0.01x); train.py and eval.py print the choice and the measurement (rl/hardware.py).
 DTYPE=${DTYPE:-auto}
 MAX_STEPS=${MAX_STEPS:-24}
 LR=${LR:-2e-5}
