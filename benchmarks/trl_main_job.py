@@ -28,14 +28,6 @@ def build_dataset(n: int, seed: int):
                               for row in make_arith_split("train", n, seed)])
 
 
-def correctness(prompts, completions, answer, **unused):
-    """credo's arith verifier on each completion's text (conversational completions are message lists)."""
-    from rewards.arith import ArithVerifier
-    verifier = ArithVerifier()
-    return [verifier(None, c[-1]["content"] if isinstance(c, list) else c, {"answer": a})
-            for c, a in zip(completions, answer)]
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=os.path.join(REPO, ".cache", "models", "SmolLM2-135M-Instruct"))
@@ -60,6 +52,7 @@ def main():
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from benchmarks.trl_grpo_runner import correctness  # credo's arith verifier as a TRL reward function
     from rl.models import load_tokenizer
 
     tokenizer = load_tokenizer(a.model)

@@ -1,20 +1,12 @@
 """benchmarks/mechanisms/maestro_scales.py: the Conductor separates two prompt kinds whose best rewards differ when
 the rewards share a scale, collapses onto a reward whose scale alone is shifted, and the batch-rank scale
 (--maestro_reward_scale's default) undoes the shift. A few seconds on one thread."""
-import pytest
-import torch
-
 from benchmarks.mechanisms import maestro_scales
+from tests.test_mechanisms import one_thread  # noqa: F401 (the module's autouse fixture: tiny tensors, one thread)
 
 SEEDS = range(4)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny tensors: threads only add overhead on a shared machine
-    yield
-    torch.set_num_threads(threads)
 
 
 def runs(condition, scale):
