@@ -8,7 +8,9 @@ mean over the last `--last` steps of `conductor/pi/<kind>/<reward>`; per reward,
 and the first kind; the L1 distance between the two kinds' vectors. Mean and SE over seeds. A reward separates only
 if its difference has one sign on every seed and |mean| > 2 SE (descriptive with a few seeds, not a test).
 Per seed (revision 1 of that file, issue #42): each kind's top reward and its pi; the seed has *collapsed* when one
-reward has pi > COLLAPSE on both kinds.
+reward has pi > COLLAPSE on both kinds; and the revision's secondary check of the mechanism: is each kind's top
+reward the one with the highest mean `maestro/level/<kind>/<reward>` over the first `--last` steps (what the
+Conductor's meta-reward ranks: rl/advantages/maestro.py)?
 """
 import argparse
 import math
@@ -17,13 +19,15 @@ from benchmarks.results_io import print_and_write
 from benchmarks.sweep_curves import load_runs
 
 PREFIX = "conductor/pi"
+LEVEL = "maestro/level"
 COLLAPSE = 0.99
 
 
-def kind_means(rows: list, kind: str, last: int) -> dict:
-    """{reward: mean of conductor/pi/<kind>/<reward> over the last `last` rows that log it}."""
-    head = f"{PREFIX}/{kind}/"
-    logged = [r for r in rows if any(k.startswith(head) for k in r)][-last:]
+def kind_means(rows: list, kind: str, last: int, prefix: str = PREFIX, first: bool = False) -> dict:
+    """{reward: mean of <prefix>/<kind>/<reward> over the last (first=True: the first) `last` rows that log it}."""
+    head = f"{prefix}/{kind}/"
+    logged = [r for r in rows if any(k.startswith(head) for k in r)]
+    logged = logged[:last] if first else logged[-last:]
     rewards = sorted({k[len(head):] for r in logged for k in r if k.startswith(head)})
     return {name: sum(r[head + name] for r in logged) / len(logged) for name in rewards} if logged else {}
 
@@ -60,8 +64,10 @@ def separation(runs: list, kinds: tuple, last: int) -> dict:
             out["diff"].setdefault(name, []).append(b[name] - a[name])
         out["l1"].append(sum(abs(b[name] - a[name]) for name in a))
         tops = [max(means, key=means.get) for means in (a, b)]
+        levels = [kind_means(rows, kind, last, LEVEL, first=True) for kind in kinds]
         out["top"].append({"kinds": [(tops[0], a[tops[0]]), (tops[1], b[tops[1]])],
-                           "collapsed": tops[0] == tops[1] and min(a[tops[0]], b[tops[1]]) > COLLAPSE})
+                           "collapsed": tops[0] == tops[1] and min(a[tops[0]], b[tops[1]]) > COLLAPSE,
+                           "highest_level": [max(lv, key=lv.get) if lv else None for lv in levels]})
     return out
 
 
@@ -90,6 +96,13 @@ def report(runs_dir: str, kinds: tuple, last: int) -> str:
             cells = [f"{name} ({fmt(p, False)})" for name, p in top["kinds"]]
             lines.append(f"| {seed} | {cells[0]} | {cells[1]} | {'yes' if top['collapsed'] else 'no'} |")
         lines.append(f"\n{sum(t['collapsed'] for t in s['top'])} of {len(s['top'])} seeds collapsed.")
+        lines += ["", f"The mechanism's prediction: each kind's highest `{LEVEL}/<kind>/<reward>` over the first {last} "
+                  "steps (what the meta-reward ranks), and whether it is that kind's top reward:", "",
+                  f"| seed | {first} | {second} |", "|---|---|---|"]
+        for seed, top in zip(s["seeds"], s["top"]):
+            cells = [f"{lv} ({'=' if lv == name else '!='} top)" if lv else "(not logged)"
+                     for lv, (name, _) in zip(top["highest_level"], top["kinds"])]
+            lines.append(f"| {seed} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines) + "\n"
 
 

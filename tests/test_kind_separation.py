@@ -51,3 +51,14 @@ def test_bad_kinds_are_refused_by_flag(tmp_path, capsys):
 def test_a_barely_moving_conductor_prints_its_size_not_minus_zero():
     assert kind_separation.fmt(-3.2e-5) == "-3.2e-05" and kind_separation.fmt(0.2) == "+0.200"
     assert kind_separation.fmt(0.0) == "+0.000" and kind_separation.fmt(4e-6, signed=False) == "4.0e-06"
+
+
+def test_the_mechanism_check_names_each_kinds_highest_early_level_against_its_top_reward(tmp_path):
+    rows = _rows(0.2, 0.7)  # top reward: len for arith, fmt for describe
+    for i, row in enumerate(rows):  # first 2 steps: fmt has arith's highest level; later steps must be ignored
+        early = i < 2
+        row.update({"maestro/level/arith/fmt": 0.6 if early else 0.1, "maestro/level/arith/len": 0.5,
+                    "maestro/level/describe/fmt": 0.7 if early else 0.1, "maestro/level/describe/len": 0.4})
+    _write(tmp_path, "a", "conductor", 1, rows)
+    text = kind_separation.report(str(tmp_path), ("arith", "describe"), 2)
+    assert "| 1 | fmt (!= top) | fmt (= top) |" in text
