@@ -6,7 +6,7 @@
 # run continues from its latest checkpoint (saved every 10 steps); `--partial` reports finished seeds.
 # Issue #19's sweep (the rewards as scored, before the flag existed: `none`) ran this script at c83af6e; its report
 # (benchmarks/results/maestro_vs_baselines.md) and runs (benchmarks/results/archive/maestro_vs_baselines) are committed.
-#   bash benchmarks/sweeps/maestro_vs_baselines.sh [--plan | --partial]   # the rerun (issue #42), ~4-4.5 h on 2 cores
+#   bash benchmarks/sweeps/maestro_vs_baselines.sh [--plan | --partial]   # the rerun (issue #42): 93 min on 2 idle cores
 #   bash benchmarks/sweeps/maestro_vs_baselines.sh base                   # the base model's held-out accuracy (~1 min)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
