@@ -17,10 +17,17 @@ def _number(value):
     return value if math.isfinite(value) else None
 
 
+def _numbers(value):
+    """A tensor's .tolist(): a number, or nested lists of them, non-finite ones as None (strict JSON)."""
+    return [_numbers(v) for v in value] if isinstance(value, list) else _number(value)
+
+
 def completion_records(batch, count: int) -> list:
     """Records of `count` trajectories of a scored Rollout with its advantages: prompt, final completion, the
-    reward and its components, the advantage (one per turn for turn-level methods), and for multi-turn episodes
-    every turn's text and score."""
+    reward and its components, the advantage (one per turn for turn-level methods), the method's own per-response
+    data (`extras`: MAESTRO's emphasis action, an index into its reward list; TCPO's counterfactual scores per
+    turn), the prompt's `kind` where the env gives one, and for multi-turn episodes every turn's text and score. With count >= the batch, every row: enough to
+    recompute a step's advantages offline (benchmarks/mechanisms/maestro_meta_reward.py does)."""
     if count <= 0 or len(batch) == 0:
         return []
     records = []
@@ -36,6 +43,11 @@ def completion_records(batch, count: int) -> list:
                   "reward": _number(batch.scores[i]) if batch.scores is not None else None,
                   "components": {k: _number(v[i]) for k, v in batch.components.items()},
                   "advantage": advantage, "turn_scores": turn_scores}
+        kind = batch.samples[i].get("kind") if batch.samples else None
+        if kind is not None:  # the prompt's kind (--env mixed: arith / describe), as eval.py's pass@1/<kind> uses
+            record["kind"] = kind
+        if batch.extras:
+            record["extras"] = {k: _numbers(v[i].tolist()) for k, v in sorted(batch.extras.items())}
         if len(turn_scores) > 1 and batch.conversations:
             record["turns"] = [m["content"] for m in batch.conversations[i] if m["role"] == "assistant"]
         records.append(record)

@@ -97,7 +97,7 @@ def test_batch_advantage_follows_the_scores_the_hook_mixed_not_equal_weights():
     inputs = GlobalBatch(scores=scores, group_ids=gids, lengths=torch.ones(4),
                          components={"a": rewards[:, 0], "b": rewards[:, 1]})
     flags = SimpleNamespace(maestro_weights="random", maestro_emphasis=0.5, maestro_kl_in_reward=0.0,
-                            maestro_reward_scale="batch_rank", scale_rewards="group")
+                            maestro_reward_scale="batch_rank", maestro_meta_reward="advantage", scale_rewards="group")
     adv, _ = Maestro(flags).advantages(inputs)
     torch.testing.assert_close(adv, grpo(scores, gids))
     assert adv[0] > 0 and adv[3] > 0  # the equal mix would give every response the same reward: all zeros
@@ -117,7 +117,8 @@ def test_scalarize_mixes_the_batch_ranked_rewards_and_logs_each_rewards_level_pe
     batch = Batch(group_ids=torch.tensor([0, 0, 1, 1]), policy_hidden=torch.zeros(4, 3), extras={},
                   samples=[{"kind": "x"}, {"kind": "x"}, {"kind": "y"}, {"kind": "y"}], reward_raw=components)
     flags = SimpleNamespace(maestro_weights="equal", maestro_emphasis=0.5, maestro_kl_in_reward=0.0,
-                            maestro_reward_scale="batch_rank", scale_rewards="group", maestro_rewards=["fmt", "len"],
+                            maestro_reward_scale="batch_rank", maestro_meta_reward="advantage", scale_rewards="group",
+                            maestro_rewards=["fmt", "len"],
                             reward_model_name_or_path=None, maestro_lr=0.0, maestro_entropy_coef=0.0,
                             maestro_update_interval=1, maestro_tau_init=1.0, maestro_hidden_norm="none", seed=0)
     ctx = SimpleNamespace(actor=SimpleNamespace(config=SimpleNamespace(hidden_size=3)), rank=0)
@@ -130,3 +131,30 @@ def test_scalarize_mixes_the_batch_ranked_rewards_and_logs_each_rewards_level_pe
     assert metrics["maestro/level/y/fmt"] == pytest.approx(ranked[2:, 0].mean().item())
     flags.maestro_reward_scale = "none"
     torch.testing.assert_close(Maestro(flags, ctx).scalarize(batch, components), torch.tensor([1.5, 2.0, 2.0, 3.0]))
+
+
+def test_the_conductor_learns_from_the_advantage_or_with_centred_from_the_group_centred_mixed_reward():
+    """--maestro_meta_reward: `advantage` (the paper) buffers the GRPO advantage the policy trains on; `centred`
+    buffers w . r minus its group mean, without the std division that makes the advantage count wins, not margins
+    (issue 42). The policy's advantage is the same under both."""
+    from types import SimpleNamespace
+
+    from rl.methods.maestro import Maestro
+    from rl.types import GlobalBatch
+    scores, gids = torch.tensor([0.1, 0.9, 0.2, 0.3, 0.6, 0.6]), torch.tensor([0, 0, 0, 1, 1, 1])
+    inputs = GlobalBatch(scores=scores, group_ids=gids, lengths=torch.ones(6), components={})
+    buffered = {}
+    for meta in ("advantage", "centred"):
+        flags = SimpleNamespace(maestro_weights="conductor", maestro_emphasis=0.5, maestro_kl_in_reward=0.0,
+                                maestro_reward_scale="batch_rank", maestro_meta_reward=meta, scale_rewards="group",
+                                maestro_rewards=["fmt", "len"], reward_model_name_or_path=None, maestro_lr=0.0,
+                                maestro_entropy_coef=0.0, maestro_update_interval=2, maestro_tau_init=1.0,
+                                maestro_hidden_norm="none", seed=0)
+        method = Maestro(flags, SimpleNamespace(actor=SimpleNamespace(config=SimpleNamespace(hidden_size=3)), rank=0))
+        adv, _ = method.advantages(inputs)
+        torch.testing.assert_close(adv, grpo(scores, gids))                     # the policy's advantage
+        method.pending = (torch.zeros(6, 3), torch.zeros(6, dtype=torch.long))
+        method.after_advantages(inputs, adv, {})
+        buffered[meta] = method.learner.buffer[0][2]
+    torch.testing.assert_close(buffered["advantage"], grpo(scores, gids))
+    torch.testing.assert_close(buffered["centred"], torch.tensor([-0.3, 0.5, -0.2, -0.2, 0.1, 0.1]))

@@ -71,3 +71,13 @@ def test_reward_scale_defaults_to_batch_rank_labelled_credos_reading_and_refuses
                                        "--maestro_reward_scale", "zscore")
     helps = {a.dest: a.help for a in build_parser()._actions}
     assert "credo's reading" in helps["maestro_reward_scale"] and "paper" in helps["maestro_reward_scale"]
+
+
+def test_meta_reward_defaults_to_the_papers_advantage_and_centred_is_labelled_credos_reading(tiny_model_dir, capsys):
+    assert parse(tiny_model_dir, "--algo", "maestro", "--env", "mixed").maestro_meta_reward == "advantage"
+    assert parse(tiny_model_dir, "--algo", "maestro", "--env", "mixed",
+                 "--maestro_meta_reward", "centred").maestro_meta_reward == "centred"
+    assert "invalid choice" in refused(tiny_model_dir, capsys, "--algo", "maestro", "--env", "mixed",
+                                       "--maestro_meta_reward", "ranked")
+    helps = {a.dest: a.help for a in build_parser()._actions}
+    assert "credo's reading, not the paper's" in helps["maestro_meta_reward"]

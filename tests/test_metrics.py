@@ -48,6 +48,20 @@ def test_logged_completions_spread_over_prompts_and_carry_reward_and_advantage()
     assert first["components"] == {"correctness": 0.0, "judge": None}  # an abstention is null, not NaN
     assert first["advantage"] == pytest.approx(batch.advantages[0].item())
     assert completion_records(batch, 0) == [] and pick_rows(3, 10) == [0, 1, 2]
+    assert "extras" not in first
+
+
+def test_logged_completions_carry_the_methods_per_response_data():
+    """MAESTRO's emphasis action per response (and TCPO's per-turn counterfactuals) are in the record, so a step's
+    advantages can be recomputed from completions.jsonl with --log_completions >= the batch."""
+    batch = _scored_batch()
+    batch.extras = {"actions": torch.tensor([3, 0, 1, 2, 3, 0, 1, 2]),
+                    "counterfactual": torch.tensor([[0.5, float("nan")]] * 8)}
+    batch.samples = [{"kind": "arith"}] * 4 + [{}] * 4
+    records = completion_records(batch, 8)
+    assert [r.get("kind") for r in records] == ["arith"] * 4 + [None] * 4
+    assert [r["extras"]["actions"] for r in records] == [3, 0, 1, 2, 3, 0, 1, 2]
+    assert records[1]["extras"]["counterfactual"] == [0.5, None]
 
 
 def test_turn_level_advantages_are_logged_per_turn_played():

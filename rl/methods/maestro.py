@@ -36,6 +36,7 @@ from rl.methods.base import Method
 logger = logging.getLogger(__name__)
 MAESTRO_REWARDS = ("fmt", "ppl", "ent", "len", "pref", "correctness")
 MAESTRO_WEIGHTS = ("conductor", "equal", "random", "random_action")
+META_REWARDS = ("advantage", "centred")
 PAPER = RECIPES["paper"]
 _PREF_SKIP_WARNED = []  # once per process: compare.py --plan validates every run's flags, which repeated the line 9x
 
@@ -61,6 +62,7 @@ class MaestroConfig:
     maestro_emphasis: float
     maestro_kl_in_reward: float
     maestro_reward_scale: str
+    maestro_meta_reward: str
     scale_rewards: str
 
 
@@ -86,6 +88,15 @@ class Maestro(Method):
                             "len raw on [0, 1], ppl/ent/pref group ranks with mean 0.5), under which the Conductor's "
                             "meta-reward picks the reward with the highest level (the issue-19 sweep put pi 0.999 on "
                             "len). Not --scale_rewards, which is GRPO's std scaling of the advantage")
+        g.add_argument("--maestro_meta_reward", choices=META_REWARDS, default="advantage",
+                       help="what the Conductor's REINFORCE update reads per response: advantage (default; the paper: "
+                            "the GRPO group advantage of the response's mixed reward, under --scale_rewards); centred "
+                            "(credo's reading, not the paper's): that mixed reward minus its group mean, without "
+                            "--scale_rewards' std division. Under the std division the advantage counts how often a "
+                            "response beats its group, not by how much, so at equal levels a reward's shape tilts the "
+                            "choice (a tied block at its top is favoured: issue 42, benchmarks/mechanisms/"
+                            "maestro_shape.py); centred compares the rewards by their margins. The policy's advantage "
+                            "is unchanged")
         g.add_argument("--maestro_emphasis", type=float, default=0.5,
                        help="eta in w(a) = (1 - eta) / K + eta * onehot(a): credo's reading, not in the paper's text, "
                             "which says only that an action induces a weight configuration; 1.0 = pure emphasis")
@@ -217,6 +228,8 @@ class Maestro(Method):
         mine = slice(rank * n, (rank + 1) * n)
         if actions is not None:
             batch.extras["actions"] = actions[mine]
+        if probs is not None:  # each response's own pi(. | h_i): completions.jsonl carries it for offline analysis
+            batch.extras["pi"] = probs[mine]
         scores = mixed_reward(matrix[mine], weights[mine])
         if kl is not None:
             scores = scores - c.maestro_kl_in_reward * kl
@@ -257,7 +270,9 @@ class Maestro(Method):
         t0 = time.perf_counter()
         h, actions = self.pending
         self.pending = None
-        metrics = self.learner.record(h, actions, advantages)
+        meta = advantages if self.config.maestro_meta_reward == "advantage" else grpo(batch.scores, batch.group_ids,
+                                                                                       scale="none")
+        metrics = self.learner.record(h, actions, meta)
         timings["conductor"] = timings.get("conductor", 0.0) + time.perf_counter() - t0
         return metrics
 
