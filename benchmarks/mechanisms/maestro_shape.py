@@ -37,6 +37,7 @@ import time
 import torch
 
 from benchmarks.mechanisms.maestro_scales import SETUP, batch_layout, mean_se
+from benchmarks.mechanisms.paired import PAIRED_HEADER, format_paired_row, paired
 from benchmarks.mechanisms.report import environment, write
 from rl.advantages import maestro
 from rl.conductor import ConductorLearner
@@ -101,8 +102,13 @@ def run(seeds, setup: dict = SETUP) -> dict:
     t0 = time.time()
     arms = {f"{shape}/{g}": [train(shape, g, seed, setup) for seed in seeds] for shape in SHAPES for g in GRPO_SCALES}
     signal = {f"{shape}/{g}": start_signal(shape, g, setup=setup) for shape in SHAPES for g in GRPO_SCALES}
+    # Added after the first recorded run, on the same runs (not a deciding metric): REINFORCE's drift at this lr makes
+    # single runs collapse at random (the uniform control too), so the std scaling's effect is read seed by seed.
+    comparisons = {f"{shape}: group - none": paired([r["pi_reward_1"] for r in arms[f"{shape}/group"]],
+                                                    [r["pi_reward_1"] for r in arms[f"{shape}/none"]])
+                   for shape in SHAPES}
     return {"name": "maestro_shape", "deciding_metric": DECIDING_METRIC, "prediction": PREDICTION,
-            "seeds": list(seeds), "setup": setup, "runs": arms, "start_signal": signal,
+            "seeds": list(seeds), "setup": setup, "runs": arms, "start_signal": signal, "comparisons": comparisons,
             "seconds": time.time() - t0, "environment": environment()}
 
 
@@ -124,6 +130,10 @@ def report(result: dict) -> str:
         s = result["start_signal"][arm]
         lines.append(f"| {arm} | {pi[0]:.3f} ± {pi[1]:.3f} | {sum(x['collapses'] for x in xs)}/{n}"
                      + (f" (onto {', '.join(onto)})" if onto else "") + f" | {s['mean']:+.4f} ± {s['se']:.4f} |")
+    lines += ["\nPaired over the same seeds, pi(reward_1) under GRPO's std scaling minus without it (added after the "
+              "first recorded run, computed on its runs; not a deciding metric: single runs collapse at random at this "
+              "lr, the uniform control too, so the scaling's effect is read seed by seed):\n", PAIRED_HEADER]
+    lines += [format_paired_row(label, c) for label, c in result["comparisons"].items()]
     return "\n".join(lines) + "\n"
 
 
