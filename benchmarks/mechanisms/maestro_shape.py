@@ -6,15 +6,15 @@ rl/advantages/maestro.py is exact only without GRPO's std division. With it, eac
 that group's std of the mixed score, so a small margin and a large one earn about the same advantage: at G = 2 the
 advantage is exactly +-1/sqrt(2), the sign of s_1 - s_2. The meta-reward then counts how often emphasising reward k
 puts a response *above* its group, not by how much: a reward whose batch ranks sit mostly above 0.5 with a few far
-below (a tied block at its top: `len` at the length cap) wins at equal mean, one with a tied block at its bottom
-(`fmt` when most responses fail it) loses.
+below (a tied block at its top: `len`, which is 1 for every response at or under --len_min tokens) wins at equal
+mean, one with a tied block at its bottom (`fmt` when most responses fail it) loses.
 
 Task. Two prompt kinds (A, B); the Conductor sees h = onehot(kind). Two rewards per response, drawn afresh each step
 from the *same* distribution on both kinds, so neither carries information about the kind and neither deserves
 emphasis: reward_2 ~ Uniform(0, 1) (continuous, like a group-ranked ppl or ent); reward_1 by shape (SHAPES):
     uniform:  Uniform(0, 1)                      (the control: the two rewards exchangeable)
     rare:     Bernoulli(0.15)                    (fmt early in the sweep: raw fmt 0.06-0.16 over steps 1-8)
-    ceiling:  min(1, Uniform(0, 1) / 0.4)        (60% tied at the top: len once most responses hit the cap)
+    ceiling:  min(1, Uniform(0, 1) / 0.4)        (60% tied at 1: len once most responses are short)
 Both rewards are put on one scale by batch_rank (credo's default), so both have batch mean 0.5 in every arm. Every arm
 uses credo's own `rl.advantages.maestro` (eta 0.5) and `rl.conductor.ConductorLearner` with maestro_scales's setup
 (lr 0.05, an update every step, entropy 1e-3, 8 groups of 4, 150 steps), GRPO's std scaling on (`group`, the sweep's

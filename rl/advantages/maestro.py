@@ -27,11 +27,11 @@ Equal levels are not the whole story under GRPO's std scaling (--scale_rewards g
 group's std makes a small margin earn about as much advantage as a large one (at G = 2 exactly: A = +-1/sqrt(2), the
 sign of s_1 - s_2), so the meta-reward counts how often emphasising k lifts a response above its group, not by how
 much. At equal batch means a reward whose ranks sit mostly above 0.5 with a few far below (a tied block at its top:
-`len` once most responses reach the length cap) is favoured, and one with a tied block at its bottom (`fmt` while
-most responses fail it) disfavoured (benchmarks/mechanisms/maestro_shape.py; on a real run's batches,
-maestro_meta_reward.py). That bias is small beside the noise of the Conductor's own action draws at the small recipe's
-learning rate (issue 42: README, MAESTRO). --maestro_meta_reward centred (credo's reading, rl/methods/maestro.py)
-gives the Conductor s_i - mean_group(s), where the level formula above is exact.
+`len` once most responses are at or under --len_min tokens) is favoured, and one with a tied block at its bottom
+(`fmt` while most responses fail it) disfavoured (benchmarks/mechanisms/maestro_shape.py; on a real run's batches,
+maestro_meta_reward.py). That bias is small beside the noise of the Conductor's own action draws at the small
+recipe's learning rate (issue 42: README, MAESTRO). --maestro_meta_reward centred (credo's reading,
+rl/methods/maestro.py) gives the Conductor s_i - mean_group(s), where the level formula above is exact.
 """
 import torch
 
