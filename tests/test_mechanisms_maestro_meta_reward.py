@@ -81,3 +81,22 @@ def test_group_rank_gives_every_reward_the_level_one_half_in_every_group():
     ranked = meta.group_rank(values, group_ids)
     torch.testing.assert_close(ranked[:2], batch_rank(values[:2]))
     assert ranked[:2].mean(0).tolist() == [0.5, 0.5] and ranked[2:].mean(0).tolist() == [0.5, 0.5]
+
+
+def test_a_centred_run_is_split_under_the_meta_reward_it_learned_from(tmp_path):
+    """--maestro_meta_reward centred: the Conductor's gradient is read from s_i - mean_group(s), not from the
+    logged (policy's) advantages, and its expected part from the 'no std' signal."""
+    run = fake_run(tmp_path, steps=1)
+    as_advantage = meta.analyse(str(run), REWARDS, eta=0.5, draws=2)
+    (run / "config.json").write_text(json.dumps({"maestro_meta_reward": "centred"}))
+    centred = meta.analyse(str(run), REWARDS, eta=0.5, draws=2)
+    assert (as_advantage["meta_reward"], centred["meta_reward"]) == ("advantage", "centred")
+    rows = [json.loads(line) for line in open(run / "completions.jsonl")]
+    rewards = torch.tensor([[r["components"][n] for n in REWARDS] for r in rows])
+    actions = torch.tensor([r["extras"]["actions"] for r in rows])
+    probs = torch.tensor([r["extras"]["pi"] for r in rows])
+    group_ids = torch.tensor([r["group"] for r in rows])
+    centred_signal = maestro(rewards, actions, group_ids, eta=0.5, scale="none", reward_scale="batch_rank")
+    want = meta.realized_gradient(centred_signal, actions, probs).mean(0)
+    assert centred["gradient"]["realized"][1][meta.ALL] == pytest.approx(want.tolist(), abs=1e-6)
+    assert as_advantage["gradient"]["realized"][1][meta.ALL] != pytest.approx(want.tolist(), abs=1e-6)

@@ -144,8 +144,21 @@ def realized_gradient(advantages: torch.Tensor, actions: torch.Tensor, probs: to
     return advantages.to(torch.float64).unsqueeze(1) * (onehot - probs.to(torch.float64))
 
 
+def run_meta_reward(run_dir: str) -> str:
+    """The run's --maestro_meta_reward (its config.json; `advantage`, the default, for a run without one)."""
+    for path in (os.path.join(run_dir, "config.json"), os.path.join(run_dir, "train", "config.json")):
+        if os.path.exists(path):
+            with open(path) as f:
+                return json.load(f).get("maestro_meta_reward", "advantage")
+    return "advantage"
+
+
 def analyse(run_dir: str, rewards: list, eta: float, draws: int, seed: int = 0) -> dict:
+    """D_k per condition, and the Conductor's bias gradient under the meta-reward the run used: the GRPO advantage
+    (`advantage`: the 'as run' condition) or the group-centred mixed reward (`centred`: the 'no std' one)."""
     steps = load_steps(run_dir, rewards)
+    meta = run_meta_reward(run_dir)
+    conductor_condition = "as run" if meta == "advantage" else "no std"
     gen = torch.Generator().manual_seed(seed)
     worst = 0.0
     out = {c: {} for c in CONDITIONS}
@@ -160,12 +173,14 @@ def analyse(run_dir: str, rewards: list, eta: float, draws: int, seed: int = 0) 
             scaled = batch_rank(s["rewards"]) if where == "batch" else group_rank(s["rewards"], s["group_ids"])
             d = meta_signal(scaled, s["group_ids"], s["probs"], eta, grpo_scale, draws, gen)
             out[cond][step] = by_kind(d, s["kinds"])
-            if cond == "as run":   # the gradient's expectation pi_ik D_ik, beside the one the run's draws gave
+            if cond == conductor_condition:   # the gradient's expectation pi_ik D_ik, and what the run's draws gave
                 expected[step] = by_kind(s["probs"].to(torch.float64) * d, s["kinds"])
-                realized[step] = by_kind(realized_gradient(s["advantages"], s["actions"], s["probs"]), s["kinds"])
+                signal = s["advantages"] if meta == "advantage" else grpo(
+                    mixed_reward(scaled, emphasis_weights(s["actions"], len(rewards), eta)), s["group_ids"], scale="none")
+                realized[step] = by_kind(realized_gradient(signal, s["actions"], s["probs"]), s["kinds"])
     pi = {step: {kind: v.tolist() for kind, v in sorted(s["pi"].items())} for step, s in steps.items()}
     return {"name": "maestro_meta_reward", "run": os.path.relpath(os.path.abspath(run_dir), REPO),
-            "deciding_metric": DECIDING_METRIC, "rewards": rewards, "eta": eta, "draws": draws,
+            "deciding_metric": DECIDING_METRIC, "rewards": rewards, "eta": eta, "draws": draws, "meta_reward": meta,
             "per_response_pi": all(s["per_response_pi"] for s in steps.values()),
             "reconstruction_max_abs_error": worst, "steps": sorted(steps), "signal": out, "pi": pi,
             "gradient": {"expected": expected, "realized": realized}, "environment": environment()}
@@ -208,7 +223,9 @@ def report(result: dict) -> str:
                 lines.append(f"| {cond} | {kind} | " + " | ".join(f"{m:+.4f} ± {s:.4f}" for m, s in stats)
                              + f" | {top} |")
     lines += ["\n## Signal or drift: the gradient on the Conductor's shared bias, summed over steps (all responses)\n",
-              "expected = sum over steps of mean_i pi_ik D_ik (what the meta-reward pushes for, 'as run'); realized = "
+              f"The run's --maestro_meta_reward: {result.get('meta_reward', 'advantage')}. expected = sum over steps "
+              f"of mean_i pi_ik D_ik (what that meta-reward pushes for: the "
+              f"'{'as run' if result.get('meta_reward', 'advantage') == 'advantage' else 'no std'}' D); realized = "
               "sum of mean_i A_i (1[a_i = k] - pi_ik) with the actions the run drew; drift = realized - expected, "
               "± its SE (the steps' residual sd x sqrt(steps)). Positive: toward k.\n",
               "| steps | reward | expected | realized | drift ± SE |", "|---|---|---|---|---|"]
