@@ -100,3 +100,19 @@ def test_a_centred_run_is_split_under_the_meta_reward_it_learned_from(tmp_path):
     want = meta.realized_gradient(centred_signal, actions, probs).mean(0)
     assert centred["gradient"]["realized"][1][meta.ALL] == pytest.approx(want.tolist(), abs=1e-6)
     assert as_advantage["gradient"]["realized"][1][meta.ALL] != pytest.approx(want.tolist(), abs=1e-6)
+
+
+def test_the_summary_puts_runs_side_by_side_with_the_spread_over_runs(tmp_path):
+    from benchmarks.mechanisms import maestro_meta_reward_summary as summary
+    paths = []
+    for seed in (0, 1):
+        run = tmp_path / f"run{seed}"
+        run.mkdir()
+        result = meta.analyse(str(fake_run(run, steps=2, seed=seed)), REWARDS, eta=0.5, draws=2)
+        paths.append(str(run / "result.json"))
+        with open(paths[-1], "w") as f:
+            json.dump(result, f)                      # as write() stores it: step keys become strings
+    s = summary.summarize(paths)
+    early = [r["early_signal"]["as run"][0] for r in s["runs"]]
+    assert s["early_signal_across_runs"]["as run"][0][0] == pytest.approx(sum(early) / 2)
+    assert [len(r["final_pi"]) for r in s["runs"]] == [4, 4] and "| run1 | advantage |" in summary.report(s)

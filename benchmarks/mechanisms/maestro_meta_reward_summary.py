@@ -1,0 +1,86 @@
+"""Several runs' maestro_meta_reward results side by side (issue 42): where each Conductor ended, the meta-reward's
+pooled signal per emphasis action over steps 1-10 (as run, and without GRPO's std division), and the split of each
+run's summed bias gradient into its expected and drawn parts.
+
+    python -m benchmarks.mechanisms.maestro_meta_reward_summary RESULT.json [RESULT.json ...] --results PREFIX
+"""
+import argparse
+import json
+import math
+import os
+
+import torch
+
+from benchmarks.mechanisms.maestro_meta_reward import ALL, cumulative, window_stats
+from benchmarks.mechanisms.report import write
+
+
+def final_pi(result: dict, last_steps: int = 10) -> list:
+    """Mean pi per reward over the last `last_steps` logged steps and both prompt kinds."""
+    steps = sorted(result["pi"], key=int)[-last_steps:]
+    rows = [p for s in steps for p in result["pi"][s].values()]
+    return torch.tensor(rows, dtype=torch.float64).mean(0).tolist()
+
+
+def mean_se(values: list) -> tuple:
+    t = torch.tensor(values, dtype=torch.float64)
+    return float(t.mean()), (float(t.std() / math.sqrt(len(t))) if len(t) > 1 else float("nan"))
+
+
+def summarize(paths: list) -> dict:
+    results = [json.load(open(p)) for p in paths]
+    names = results[0]["rewards"]
+    if any(r["rewards"] != names for r in results):
+        raise SystemExit("the results name different rewards: summarize runs of one reward set")
+    k = len(names)
+    runs = []
+    for path, r in zip(paths, results):
+        last = max(r["steps"])
+        early = {cond: [m for m, _ in window_stats(r["signal"][cond], ALL, 1, min(10, last), k)]
+                 for cond in ("as run", "no std")}
+        split = [cumulative(r["gradient"], 1, last, j) for j in range(k)]
+        runs.append({"result": path, "run": os.path.basename(r["run"]), "meta_reward": r.get("meta_reward", "advantage"),
+                     "final_pi": final_pi(r), "early_signal": early,
+                     "expected": [e for e, _ in split], "drawn": [rz - e for e, (rz, _) in split],
+                     "drawn_se": [se for _, (_, se) in split]})
+    across = {cond: [mean_se([run["early_signal"][cond][j] for run in runs]) for j in range(k)]
+              for cond in ("as run", "no std")}
+    return {"name": "maestro_meta_reward_summary", "rewards": names, "runs": runs, "early_signal_across_runs": across}
+
+
+def report(s: dict) -> str:
+    names = s["rewards"]
+    head = " | ".join(names)
+    lines = ["# MAESTRO's Conductor on real batches: signal and drift, run by run\n",
+             "`python -m benchmarks.mechanisms.maestro_meta_reward_summary " + " ".join(r["result"] for r in s["runs"])
+             + "`\n", "## Where each Conductor ended (pi over the last 10 steps, both kinds)\n",
+             f"| run | meta-reward | {head} | top |", "|---" * (len(names) + 3) + "|"]
+    for r in s["runs"]:
+        top = names[max(range(len(names)), key=lambda j: r["final_pi"][j])]
+        lines.append(f"| {r['run']} | {r['meta_reward']} | " + " | ".join(f"{p:.3f}" for p in r["final_pi"])
+                     + f" | {top} |")
+    lines += ["\n## The meta-reward's pooled signal D_k over steps 1-10 (all responses; mean over steps)\n",
+              f"| run | condition | {head} |", "|---" * (len(names) + 2) + "|"]
+    for r in s["runs"]:
+        for cond, values in r["early_signal"].items():
+            lines.append(f"| {r['run']} | {cond} | " + " | ".join(f"{v:+.4f}" for v in values) + " |")
+    for cond, stats in s["early_signal_across_runs"].items():
+        lines.append(f"| mean ± SE over runs | {cond} | " + " | ".join(f"{m:+.4f} ± {e:.4f}" for m, e in stats) + " |")
+    lines += ["\n## The Conductor's summed bias gradient over the run: expected part / drawn part ± SE\n",
+              f"| run | {head} |", "|---" * (len(names) + 1) + "|"]
+    for r in s["runs"]:
+        lines.append(f"| {r['run']} | " + " | ".join(f"{e:+.3f} / {d:+.3f} ± {se:.3f}" for e, d, se
+                                                    in zip(r["expected"], r["drawn"], r["drawn_se"])) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results_json", nargs="+", help="maestro_meta_reward's PREFIX.json files, one per run")
+    p.add_argument("--results", required=True, help="output prefix for .json and .md")
+    a = p.parse_args()
+    write(summarize(a.results_json), a.results, report)
+
+
+if __name__ == "__main__":
+    main()
