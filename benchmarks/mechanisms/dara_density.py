@@ -18,18 +18,15 @@ MAX_STEPS counts as MAX_STEPS + 1 (censored, counted in the table). Paired over 
 
     python -m benchmarks.mechanisms.dara_density            # writes benchmarks/results/mechanisms_dara_density.*
 """
-import argparse
-import os
 import time
 
 import torch
 
 from benchmarks.mechanisms.paired import (PAIRED_HEADER, failure_probability, format_paired_row, format_probability,
                                           paired)
-from benchmarks.mechanisms.report import environment, write
+from benchmarks.mechanisms.report import environment, testbed_main
 from rl.advantages import dara, gdpo
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 DECIDING_METRIC = ("first step at which the exact P(sparse bit on) >= threshold (MAX_STEPS + 1 if never); "
                    "paired difference GDPO - DARA in steps, positive = DARA faster")
@@ -105,13 +102,7 @@ def report(result: dict) -> str:
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seeds", type=int, default=16, help="paired seeds 0..N-1 (default 16)")
-    p.add_argument("--results", default=os.path.join(REPO, "benchmarks", "results", "mechanisms_dara_density"),
-                   help="output prefix for .json and .md (default benchmarks/results/mechanisms_dara_density)")
-    a = p.parse_args()
-    torch.set_num_threads(1)
-    write(run(range(a.seeds)), a.results, report)
+    testbed_main(__doc__, "dara_density", run, report, seeds=16)
 
 
 if __name__ == "__main__":

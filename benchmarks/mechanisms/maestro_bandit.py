@@ -28,19 +28,16 @@ expected utility (mean over both kinds), paired conductor minus each other arm (
 
     python -m benchmarks.mechanisms.maestro_bandit         # writes benchmarks/results/mechanisms_maestro_bandit.*
 """
-import argparse
-import os
 import time
 
 import torch
 
 from benchmarks.mechanisms.paired import (PAIRED_HEADER, failure_probability, format_paired_row, format_probability,
                                           paired)
-from benchmarks.mechanisms.report import environment, write
+from benchmarks.mechanisms.report import environment, testbed_main
 from rl.advantages import maestro
 from rl.conductor import ConductorLearner
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 CHANNELS = ("verifier_A", "verifier_B", "noise", "context")
 KINDS = ("A", "B")
@@ -146,13 +143,7 @@ def report(result: dict) -> str:
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seeds", type=int, default=12, help="paired seeds 0..N-1 (default 12)")
-    p.add_argument("--results", default=os.path.join(REPO, "benchmarks", "results", "mechanisms_maestro_bandit"),
-                   help="output prefix for .json and .md (default benchmarks/results/mechanisms_maestro_bandit)")
-    a = p.parse_args()
-    torch.set_num_threads(1)
-    write(run(range(a.seeds)), a.results, report)
+    testbed_main(__doc__, "maestro_bandit", run, report, seeds=12)
 
 
 if __name__ == "__main__":

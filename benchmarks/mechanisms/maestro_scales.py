@@ -27,20 +27,17 @@ scaling a x5 stretch did not flip kind A's signal).
 
     python -m benchmarks.mechanisms.maestro_scales     # writes benchmarks/results/mechanisms_maestro_scales.*
 """
-import argparse
 import math
-import os
 import time
 
 import torch
 
 from benchmarks.mechanisms.paired import PAIRED_HEADER, format_paired_row, paired
-from benchmarks.mechanisms.report import environment, write
+from benchmarks.mechanisms.report import environment, testbed_main
 from rl.advantages import maestro
 from rl.advantages.maestro import scale_rewards
 from rl.conductor import ConductorLearner
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KINDS = ("A", "B")
 REWARDS = ("reward_1", "reward_2")
 P_ONE = torch.tensor([[0.7, 0.3], [0.3, 0.7]])   # P(reward = 1 | kind), rows A, B
@@ -67,19 +64,24 @@ def draw_rewards(kind: torch.Tensor, perturbation: str, gen: torch.Generator) ->
     return rewards * torch.tensor([1.0, a]) + torch.tensor([0.0, b])
 
 
-def train(condition: str, scale: str, seed: int, setup: dict = SETUP) -> dict:
-    perturbation, grpo_scale = CONDITIONS[condition]
+def train_conductor(draw, grpo_scale: str, reward_scale: str, seed: int, setup: dict = SETUP) -> torch.Tensor:
+    """credo's Conductor on the two-kind bandit, h = onehot(kind), one update a step. draw(kind Tensor[N], gen) ->
+    Tensor[N, 2] the step's rewards. Returns pi(. | kind) as Tensor[2 kinds, 2 rewards]."""
     gen = torch.Generator().manual_seed(seed)
     kind, group_ids = batch_layout(setup)
     h = torch.nn.functional.one_hot(kind, 2).to(torch.float32)
-    learner = ConductorLearner(2, len(REWARDS), lr=setup["lr"], entropy_coef=setup["entropy_coef"], update_interval=1,
-                               seed=seed)
+    learner = ConductorLearner(2, 2, lr=setup["lr"], entropy_coef=setup["entropy_coef"], update_interval=1, seed=seed)
     for _ in range(setup["steps"]):
-        rewards = draw_rewards(kind, perturbation, gen)
+        rewards = draw(kind, gen)
         actions, _ = learner.act(h)
-        adv = maestro(rewards, actions, group_ids, eta=setup["eta"], scale=grpo_scale, reward_scale=scale)
+        adv = maestro(rewards, actions, group_ids, eta=setup["eta"], scale=grpo_scale, reward_scale=reward_scale)
         learner.record(h, actions, adv)
-    probs = learner.probs(torch.eye(2))
+    return learner.probs(torch.eye(2))
+
+
+def train(condition: str, scale: str, seed: int, setup: dict = SETUP) -> dict:
+    perturbation, grpo_scale = CONDITIONS[condition]
+    probs = train_conductor(lambda kind, gen: draw_rewards(kind, perturbation, gen), grpo_scale, scale, seed, setup)
     top = [REWARDS[int(probs[k].argmax())] for k in (0, 1)]
     return {"probs": {KINDS[k]: dict(zip(REWARDS, probs[k].tolist())) for k in (0, 1)},
             "top": dict(zip(KINDS, top)), "separation": float((probs[0] - probs[1]).abs().sum()),
@@ -174,15 +176,7 @@ def report(result: dict) -> str:
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seeds", type=int, default=12, help="seeds 0..N-1 (default 12)")
-    p.add_argument("--results", default=os.path.join(REPO, "benchmarks", "results", "mechanisms_maestro_scales"),
-                   help="output prefix for .json and .md (default benchmarks/results/mechanisms_maestro_scales)")
-    a = p.parse_args()
-    if a.seeds < 2:
-        p.error(f"--seeds must be at least 2 (standard errors), got {a.seeds}")
-    torch.set_num_threads(1)
-    write(run(range(a.seeds)), a.results, report)
+    testbed_main(__doc__, "maestro_scales", run, report, seeds=12, min_seeds=2)
 
 
 if __name__ == "__main__":

@@ -29,20 +29,16 @@ first run: under `group`, `rare` collapses onto reward_2 and `ceiling` onto rewa
 
     python -m benchmarks.mechanisms.maestro_shape     # writes benchmarks/results/mechanisms_maestro_shape.*
 """
-import argparse
 import math
-import os
 import time
 
 import torch
 
-from benchmarks.mechanisms.maestro_scales import SETUP, batch_layout, mean_se
+from benchmarks.mechanisms.maestro_scales import SETUP, batch_layout, mean_se, train_conductor
 from benchmarks.mechanisms.paired import PAIRED_HEADER, format_paired_row, paired
-from benchmarks.mechanisms.report import environment, write
+from benchmarks.mechanisms.report import environment, testbed_main
 from rl.advantages import maestro
-from rl.conductor import ConductorLearner
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REWARDS = ("reward_1", "reward_2")
 SHAPES = ("uniform", "rare", "ceiling")
 GRPO_SCALES = ("group", "none")
@@ -67,17 +63,8 @@ def draw_rewards(n: int, shape: str, gen: torch.Generator) -> torch.Tensor:
 
 
 def train(shape: str, grpo_scale: str, seed: int, setup: dict = SETUP) -> dict:
-    gen = torch.Generator().manual_seed(seed)
-    kind, group_ids = batch_layout(setup)
-    h = torch.nn.functional.one_hot(kind, 2).to(torch.float32)
-    learner = ConductorLearner(2, len(REWARDS), lr=setup["lr"], entropy_coef=setup["entropy_coef"], update_interval=1,
-                               seed=seed)
-    for _ in range(setup["steps"]):
-        rewards = draw_rewards(len(kind), shape, gen)
-        actions, _ = learner.act(h)
-        learner.record(h, actions, maestro(rewards, actions, group_ids, eta=setup["eta"], scale=grpo_scale,
-                                           reward_scale="batch_rank"))
-    probs = learner.probs(torch.eye(2))
+    probs = train_conductor(lambda kind, gen: draw_rewards(len(kind), shape, gen), grpo_scale, "batch_rank", seed,
+                            setup)
     top = [REWARDS[int(probs[k].argmax())] for k in (0, 1)]
     return {"pi_reward_1": float(probs[:, 0].mean()), "top": top,
             "collapses": top[0] == top[1] and bool((probs.max(1).values > 0.9).all())}
@@ -138,15 +125,7 @@ def report(result: dict) -> str:
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seeds", type=int, default=12, help="seeds 0..N-1 (default 12)")
-    p.add_argument("--results", default=os.path.join(REPO, "benchmarks", "results", "mechanisms_maestro_shape"),
-                   help="output prefix for .json and .md (default benchmarks/results/mechanisms_maestro_shape)")
-    a = p.parse_args()
-    if a.seeds < 2:
-        p.error(f"--seeds must be at least 2 (standard errors), got {a.seeds}")
-    torch.set_num_threads(1)
-    write(run(range(a.seeds)), a.results, report)
+    testbed_main(__doc__, "maestro_shape", run, report, seeds=12, min_seeds=2)
 
 
 if __name__ == "__main__":

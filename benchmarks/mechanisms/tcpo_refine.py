@@ -29,20 +29,17 @@ best-turn success.
 
     python -m benchmarks.mechanisms.tcpo_refine            # writes benchmarks/results/mechanisms_tcpo_refine.*
 """
-import argparse
 import itertools
-import os
 import time
 
 import torch
 
 from benchmarks.mechanisms.paired import (PAIRED_HEADER, failure_probability, format_paired_row, format_probability,
                                           paired)
-from benchmarks.mechanisms.report import environment, write
+from benchmarks.mechanisms.report import environment, testbed_main
 from rl.advantages import grpo, mt_grpo, tcpo
 from rl.advantages.tcpo import eligible_turns  # what rl.counterfactual.candidate_turns selects
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 U, UP, S = 0, 1, 2
 STATE_NAMES = ("U", "UP", "S")
@@ -208,13 +205,7 @@ def report(result: dict) -> str:
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seeds", type=int, default=8, help="paired seeds 0..N-1 (default 8)")
-    p.add_argument("--results", default=os.path.join(REPO, "benchmarks", "results", "mechanisms_tcpo_refine"),
-                   help="output prefix for .json and .md (default benchmarks/results/mechanisms_tcpo_refine)")
-    a = p.parse_args()
-    torch.set_num_threads(1)
-    write(run(range(a.seeds)), a.results, report)
+    testbed_main(__doc__, "tcpo_refine", run, report, seeds=8)
 
 
 if __name__ == "__main__":
