@@ -88,7 +88,7 @@ def test_a_centred_run_is_split_under_the_meta_reward_it_learned_from(tmp_path):
     logged (policy's) advantages, and its expected part from the 'no std' signal."""
     run = fake_run(tmp_path, steps=1)
     as_advantage = meta.analyse(str(run), REWARDS, eta=0.5, draws=2)
-    (run / "config.json").write_text(json.dumps({"maestro_meta_reward": "centred"}))
+    (run / "config.json").write_text(json.dumps({"flags": {"maestro_meta_reward": "centred"}}))  # as train.py writes
     centred = meta.analyse(str(run), REWARDS, eta=0.5, draws=2)
     assert (as_advantage["meta_reward"], centred["meta_reward"]) == ("advantage", "centred")
     rows = [json.loads(line) for line in open(run / "completions.jsonl")]

@@ -145,11 +145,12 @@ def realized_gradient(advantages: torch.Tensor, actions: torch.Tensor, probs: to
 
 
 def run_meta_reward(run_dir: str) -> str:
-    """The run's --maestro_meta_reward (its config.json; `advantage`, the default, for a run without one)."""
+    """The run's --maestro_meta_reward (the flags in train.py's config.json; `advantage`, the default, for a run from
+    before the flag or without a config.json)."""
     for path in (os.path.join(run_dir, "config.json"), os.path.join(run_dir, "train", "config.json")):
         if os.path.exists(path):
             with open(path) as f:
-                return json.load(f).get("maestro_meta_reward", "advantage")
+                return json.load(f)["flags"].get("maestro_meta_reward", "advantage")
     return "advantage"
 
 
