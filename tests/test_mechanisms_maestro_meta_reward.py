@@ -116,3 +116,9 @@ def test_the_summary_puts_runs_side_by_side_with_the_spread_over_runs(tmp_path):
     early = [r["early_signal"]["as run"][0] for r in s["runs"]]
     assert s["early_signal_across_runs"]["as run"][0][0] == pytest.approx(sum(early) / 2)
     assert [len(r["final_pi"]) for r in s["runs"]] == [4, 4] and "| run1 | advantage |" in summary.report(s)
+    swapped = summary.summarize(paths, baseline=paths[::-1])          # run0 - run1, then run1 - run0
+    assert swapped["paired_final_pi"]["len"]["mean_diff"] == pytest.approx(0.0, abs=1e-12)
+    assert swapped["paired_final_pi"]["len"]["diffs"][0] == pytest.approx(
+        s["runs"][0]["final_pi"][3] - s["runs"][1]["final_pi"][3])
+    with pytest.raises(SystemExit, match="pair them seed by seed"):
+        summary.summarize(paths, baseline=paths[:1])

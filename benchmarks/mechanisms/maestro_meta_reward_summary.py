@@ -3,6 +3,7 @@ pooled signal per emphasis action over steps 1-10 (as run, and without GRPO's st
 run's summed bias gradient into its expected and drawn parts.
 
     python -m benchmarks.mechanisms.maestro_meta_reward_summary RESULT.json [RESULT.json ...] --results PREFIX
+        [--baseline BASE.json ...]   # the same seeds in the same order: final pi paired, these - the baseline's
 """
 import argparse
 import json
@@ -12,6 +13,7 @@ import os
 import torch
 
 from benchmarks.mechanisms.maestro_meta_reward import ALL, cumulative, window_stats
+from benchmarks.mechanisms.paired import PAIRED_HEADER, format_paired_row, paired
 from benchmarks.mechanisms.report import write
 
 
@@ -27,7 +29,7 @@ def mean_se(values: list) -> tuple:
     return float(t.mean()), (float(t.std() / math.sqrt(len(t))) if len(t) > 1 else float("nan"))
 
 
-def summarize(paths: list) -> dict:
+def summarize(paths: list, baseline: list = ()) -> dict:
     results = [json.load(open(p)) for p in paths]
     names = results[0]["rewards"]
     if any(r["rewards"] != names for r in results):
@@ -45,7 +47,15 @@ def summarize(paths: list) -> dict:
                      "drawn_se": [se for _, (_, se) in split]})
     across = {cond: [mean_se([run["early_signal"][cond][j] for run in runs]) for j in range(k)]
               for cond in ("as run", "no std")}
-    return {"name": "maestro_meta_reward_summary", "rewards": names, "runs": runs, "early_signal_across_runs": across}
+    out = {"name": "maestro_meta_reward_summary", "rewards": names, "runs": runs, "early_signal_across_runs": across}
+    if baseline:
+        if len(baseline) != len(paths):
+            raise SystemExit(f"--baseline names {len(baseline)} results for {len(paths)} runs: pair them seed by seed")
+        base = [final_pi(json.load(open(p))) for p in baseline]
+        out["baseline"] = list(baseline)
+        out["paired_final_pi"] = {name: paired([r["final_pi"][j] for r in runs], [b[j] for b in base])
+                                  for j, name in enumerate(names)}
+    return out
 
 
 def report(s: dict) -> str:
@@ -71,6 +81,10 @@ def report(s: dict) -> str:
     for r in s["runs"]:
         lines.append(f"| {r['run']} | " + " | ".join(f"{e:+.3f} / {d:+.3f} ± {se:.3f}" for e, d, se
                                                     in zip(r["expected"], r["drawn"], r["drawn_se"])) + " |")
+    if "paired_final_pi" in s:
+        lines += ["\n## Final pi, these runs - the baseline's, paired seed by seed (baseline: "
+                  + ", ".join(s["baseline"]) + ")\n", PAIRED_HEADER]
+        lines += [format_paired_row(f"pi({name})", c) for name, c in s["paired_final_pi"].items()]
     return "\n".join(lines) + "\n"
 
 
@@ -78,8 +92,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results_json", nargs="+", help="maestro_meta_reward's PREFIX.json files, one per run")
     p.add_argument("--results", required=True, help="output prefix for .json and .md")
+    p.add_argument("--baseline", nargs="*", default=(), help="results of the baseline arm, one per run, same order")
     a = p.parse_args()
-    write(summarize(a.results_json), a.results, report)
+    write(summarize(a.results_json, a.baseline), a.results, report)
 
 
 if __name__ == "__main__":
