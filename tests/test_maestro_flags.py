@@ -63,21 +63,16 @@ def test_the_skipped_pref_warning_is_said_once_per_process(tiny_model_dir, caplo
     assert sum("`pref` reward is skipped" in r.getMessage() for r in caplog.records) == 1
 
 
-def test_reward_scale_defaults_to_batch_rank_labelled_credos_reading_and_refuses_other_values(tiny_model_dir, capsys):
-    assert parse(tiny_model_dir, "--algo", "maestro", "--env", "mixed").maestro_reward_scale == "batch_rank"
-    assert parse(tiny_model_dir, "--algo", "maestro", "--env", "mixed",
-                 "--maestro_reward_scale", "none").maestro_reward_scale == "none"
-    assert "invalid choice" in refused(tiny_model_dir, capsys, "--algo", "maestro", "--env", "mixed",
-                                       "--maestro_reward_scale", "zscore")
+@pytest.mark.parametrize("flag, default, other, bad, label", [
+    ("maestro_reward_scale", "batch_rank", "none", "zscore", "credo's reading"),
+    ("maestro_meta_reward", "advantage", "centred", "ranked", "credo's reading, not the paper's"),
+])
+def test_maestro_scale_flags_default_as_documented_refuse_other_values_and_label_credos_reading(
+        flag, default, other, bad, label, tiny_model_dir, capsys):
+    """--maestro_reward_scale (default batch_rank, credo's reading) and --maestro_meta_reward (default the paper's
+    advantage; centred is credo's reading)."""
+    assert getattr(parse(tiny_model_dir, "--algo", "maestro", "--env", "mixed"), flag) == default
+    assert getattr(parse(tiny_model_dir, "--algo", "maestro", "--env", "mixed", f"--{flag}", other), flag) == other
+    assert "invalid choice" in refused(tiny_model_dir, capsys, "--algo", "maestro", "--env", "mixed", f"--{flag}", bad)
     helps = {a.dest: a.help for a in build_parser()._actions}
-    assert "credo's reading" in helps["maestro_reward_scale"] and "paper" in helps["maestro_reward_scale"]
-
-
-def test_meta_reward_defaults_to_the_papers_advantage_and_centred_is_labelled_credos_reading(tiny_model_dir, capsys):
-    assert parse(tiny_model_dir, "--algo", "maestro", "--env", "mixed").maestro_meta_reward == "advantage"
-    assert parse(tiny_model_dir, "--algo", "maestro", "--env", "mixed",
-                 "--maestro_meta_reward", "centred").maestro_meta_reward == "centred"
-    assert "invalid choice" in refused(tiny_model_dir, capsys, "--algo", "maestro", "--env", "mixed",
-                                       "--maestro_meta_reward", "ranked")
-    helps = {a.dest: a.help for a in build_parser()._actions}
-    assert "credo's reading, not the paper's" in helps["maestro_meta_reward"]
+    assert label in helps[flag] and "paper" in helps[flag]
