@@ -91,6 +91,10 @@ def test_a_centred_run_is_split_under_the_meta_reward_it_learned_from(tmp_path):
     (run / "config.json").write_text(json.dumps({"flags": {"maestro_meta_reward": "centred"}}))  # as train.py writes
     centred = meta.analyse(str(run), REWARDS, eta=0.5, draws=2)
     assert (as_advantage["meta_reward"], centred["meta_reward"]) == ("advantage", "centred")
+    (run / "config.json").write_text(json.dumps({"maestro_meta_reward": "centred"}))   # not train.py's layout
+    with pytest.raises(SystemExit, match="config.json: no `flags`"):
+        meta.analyse(str(run), REWARDS, eta=0.5, draws=2)
+    (run / "config.json").write_text(json.dumps({"flags": {"maestro_meta_reward": "centred"}}))
     rows = [json.loads(line) for line in open(run / "completions.jsonl")]
     rewards = torch.tensor([[r["components"][n] for n in REWARDS] for r in rows])
     actions = torch.tensor([r["extras"]["actions"] for r in rows])
@@ -116,6 +120,10 @@ def test_the_summary_puts_runs_side_by_side_with_the_spread_over_runs(tmp_path):
     early = [r["early_signal"]["as run"][0] for r in s["runs"]]
     assert s["early_signal_across_runs"]["as run"][0][0] == pytest.approx(sum(early) / 2)
     assert [len(r["final_pi"]) for r in s["runs"]] == [4, 4] and "| run1 | advantage |" in summary.report(s)
+    rows = [json.loads(line) for line in open(tmp_path / "run0" / "completions.jsonl")]
+    first, last, shares = s["runs"][0]["at_top"][0]                  # steps 1-5: the fake run's two steps
+    assert (first, last) == (1, 5)
+    assert shares[3] == pytest.approx(sum(r["components"]["len"] == 1.0 for r in rows) / len(rows))
     swapped = summary.summarize(paths, baseline=paths[::-1])          # run0 - run1, then run1 - run0
     assert swapped["paired_final_pi"]["len"]["mean_diff"] == pytest.approx(0.0, abs=1e-12)
     assert swapped["paired_final_pi"]["len"]["diffs"][0] == pytest.approx(

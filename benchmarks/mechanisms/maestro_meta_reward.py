@@ -150,7 +150,10 @@ def run_meta_reward(run_dir: str) -> str:
     for path in (os.path.join(run_dir, "config.json"), os.path.join(run_dir, "train", "config.json")):
         if os.path.exists(path):
             with open(path) as f:
-                return json.load(f)["flags"].get("maestro_meta_reward", "advantage")
+                config = json.load(f)
+            if "flags" not in config:
+                raise SystemExit(f"{path}: no `flags` (not a train.py config.json)")
+            return config["flags"].get("maestro_meta_reward", "advantage")
     return "advantage"
 
 

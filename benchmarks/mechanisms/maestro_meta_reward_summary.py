@@ -12,7 +12,7 @@ import os
 
 import torch
 
-from benchmarks.mechanisms.maestro_meta_reward import ALL, cumulative, window_stats
+from benchmarks.mechanisms.maestro_meta_reward import ALL, REPO, cumulative, find, read_jsonl, window_stats
 from benchmarks.mechanisms.paired import PAIRED_HEADER, format_paired_row, paired
 from benchmarks.mechanisms.report import write
 
@@ -22,6 +22,17 @@ def final_pi(result: dict, last_steps: int = 10) -> list:
     steps = sorted(result["pi"], key=int)[-last_steps:]
     rows = [p for s in steps for p in result["pi"][s].values()]
     return torch.tensor(rows, dtype=torch.float64).mean(0).tolist()
+
+
+def at_top(run_dir: str, names: list, windows) -> list:
+    """[(first, last, [share of responses scoring exactly 1 on each reward])] per window of steps, from the run's
+    logged rows: the tied top block that GRPO's std scaling favours (rl/advantages/maestro.py)."""
+    rows = read_jsonl(find(os.path.join(REPO, run_dir), "completions.jsonl"))
+    out = []
+    for first, last in windows:
+        picked = [r for r in rows if first <= r["step"] <= last]
+        out.append((first, last, [sum(r["components"][n] == 1.0 for r in picked) / max(len(picked), 1) for n in names]))
+    return out
 
 
 def mean_se(values: list) -> tuple:
@@ -41,7 +52,8 @@ def summarize(paths: list, baseline: list = ()) -> dict:
         early = {cond: [m for m, _ in window_stats(r["signal"][cond], ALL, 1, min(10, last), k)]
                  for cond in ("as run", "no std")}
         split = [cumulative(r["gradient"], 1, last, j) for j in range(k)]
-        runs.append({"result": path, "run": os.path.basename(r["run"]), "meta_reward": r.get("meta_reward", "advantage"),
+        windows = [(1, 5), (6, 10)] + ([(11, last)] if last > 10 else [])
+        runs.append({"result": path, "run": os.path.basename(r["run"]), "at_top": at_top(r["run"], names, windows), "meta_reward": r.get("meta_reward", "advantage"),
                      "final_pi": final_pi(r), "early_signal": early,
                      "expected": [e for e, _ in split], "drawn": [rz - e for e, (rz, _) in split],
                      "drawn_se": [se for _, (_, se) in split]})
@@ -69,6 +81,11 @@ def report(s: dict) -> str:
         top = names[max(range(len(names)), key=lambda j: r["final_pi"][j])]
         lines.append(f"| {r['run']} | {r['meta_reward']} | " + " | ".join(f"{p:.3f}" for p in r["final_pi"])
                      + f" | {top} |")
+    lines += ["\n## Share of responses scoring exactly 1 (the tied top block), by steps\n",
+              f"| run | steps | {head} |", "|---" * (len(names) + 2) + "|"]
+    for r in s["runs"]:
+        for first, last, shares in r["at_top"]:
+            lines.append(f"| {r['run']} | {first}-{last} | " + " | ".join(f"{v:.2f}" for v in shares) + " |")
     lines += ["\n## The meta-reward's pooled signal D_k over steps 1-10 (all responses; mean over steps)\n",
               f"| run | condition | {head} |", "|---" * (len(names) + 2) + "|"]
     for r in s["runs"]:
