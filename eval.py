@@ -19,11 +19,11 @@ import torch
 from envs import ENVS, env_class_from_flags
 from envs.base import EPISODE_ENDS
 from rl.config import DECODE_LOOPS, add_vllm_engine_flags, is_local_model_path
-from rl.data import DataError, load_rows
-from rl.data_files import check_data_path
-from rl.episode_end import check_env_supports
-from rl.evaluation import aggregate, evaluate, markdown_table, model_label, setting_differences
-from rl.models import DEFAULT_MODEL_DIR, load_tokenizer
+from rl.rollout.data import DataError, load_rows
+from rl.rollout.data_files import check_data_path
+from rl.rollout.episode_end import check_env_supports
+from rl.eval.evaluation import aggregate, evaluate, markdown_table, model_label, setting_differences
+from rl.engine.models import DEFAULT_MODEL_DIR, load_tokenizer
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -63,7 +63,7 @@ def build_parser():
     p.add_argument("--max_prompt_seq_len", type=int, default=1024, help="prompts longer than this are left-truncated")
     p.add_argument("--batch_size", type=int, default=50, help="samples per generate call")
     p.add_argument("--decode_loop", choices=DECODE_LOOPS, default="credo",
-                   help="credo = rl/decode.py, hf_generate = transformers' model.generate (as in train.py)")
+                   help="credo = rl/rollout/decode.py, hf_generate = transformers' model.generate (as in train.py)")
     p.add_argument("--rollout_backend", choices=("hf", "vllm"), default="hf",
                    help="what generates: hf = the model itself (--decode_loop); vllm = a vLLM engine on the same "
                         "checkpoint (CUDA with requirements-gpu.txt, or vLLM's CPU build: run with .venv-vllm/bin/python "
@@ -79,7 +79,7 @@ def build_parser():
     p.add_argument("--label", default=None, help="also print `<label>: X` with X = 100 x pass@1")
     p.add_argument("--judge_model", default=None,
                    help="HF causal LM that judges this run's responses against --compare's, both orders, and reports "
-                        "win / tie / loss rates with 95%% intervals (rl/judge.py; a 135M judge is a smoke test)")
+                        "win / tie / loss rates with 95%% intervals (rl/eval/judge.py; a 135M judge is a smoke test)")
     p.add_argument("--local_rank", type=int, default=-1, help="set by the deepspeed launcher")
     from envs.appworld.flags import add_appworld_flags
     add_appworld_flags(p)
@@ -149,7 +149,7 @@ def eval_rows(args) -> list:
 def init_ranks():
     """(rank, world size, device). Under the deepspeed (or torchrun) launcher a process group is set up so that
     every rank evaluates its own shard of the problems and rank 0 gathers them."""
-    from rl import dist
+    from rl.engine import dist
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         dist.init_distributed()
     local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -175,10 +175,10 @@ def plot_success_by_turn(metrics: dict, path: str):
 
 
 def run_judge(args, rows, problems, baseline_problems, device) -> dict:
-    """The pairwise judge (rl/judge.py) on rank 0: this run's first response per problem against the baseline's."""
+    """The pairwise judge (rl/eval/judge.py) on rank 0: this run's first response per problem against the baseline's."""
     from transformers import AutoModelForCausalLM
 
-    from rl.judge import Judge, judge_results
+    from rl.eval.judge import Judge, judge_results
     env = args.env_cls(verifier=None, prompt_key=args.prompt_key, answer_key=args.answer_key, max_turns=1,
                        **args.env_cls.settings_from_args(args))
     questions = {str(row.get("id", i)): env.reset(row)[-1]["content"] for i, row in enumerate(rows)}
@@ -193,12 +193,12 @@ def main(argv=None):
 
     rank, world, device = init_ranks()
     if args.rollout_backend == "vllm":
-        from rl.vllm_setup import single_process_launcher_env
+        from rl.rollout.vllm.setup import single_process_launcher_env
         single_process_launcher_env()  # vLLM's external_launcher reads the launcher's variables, even for one rank
     torch.manual_seed(args.seed + rank)  # ranks sample independently
     tokenizer = load_tokenizer(args.model_name_or_path)
     if args.dtype == "auto":
-        from rl.hardware import auto_dtype_name
+        from rl.engine.hardware import auto_dtype_name
         args.dtype, why = auto_dtype_name(device.type == "cuda")
         if rank == 0:
             print(f"eval: --dtype auto -> {args.dtype} ({why})", flush=True)
@@ -209,10 +209,10 @@ def main(argv=None):
     mine = list(range(rank, len(rows), world))  # problem i goes to rank i % world
     problems = evaluate(model, tokenizer, [rows[i] for i in mine], args, show_progress=rank == 0, indices=mine)
     if world > 1:
-        from rl import dist
+        from rl.engine import dist
         gathered = {i: p for shard in dist.all_gather_object(list(zip(mine, problems))) for i, p in shard}
         problems = [gathered[i] for i in range(len(rows))]
-        dist.shutdown()  # the last collective is over (see rl/dist.py)
+        dist.shutdown()  # the last collective is over (see rl/engine/dist.py)
         if rank != 0:
             return None
     metrics = aggregate(problems, args.ks, args.max_turns)

@@ -9,17 +9,17 @@ def main(argv=None):
     args = parse_args(argv)  # bad flags are refused here, before any model is loaded
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # heavy imports (torch, deepspeed) only once the flags are known to be good
-    from rl.data import DataError
+    from rl.rollout.data import DataError
     from rl.errors import TrainingAborted
     from rl.trainer import Trainer
-    from rl import dist
+    from rl.engine import dist
     try:
         Trainer(args).fit()
     except DataError as exc:
         sys.exit(f"train.py: error: bad training data: {exc}")
     except TrainingAborted as exc:
         sys.exit(f"train.py: stopped: {exc}")
-    dist.shutdown()  # on success only (see rl/dist.py)
+    dist.shutdown()  # on success only (see rl/engine/dist.py)
 
 
 if __name__ == "__main__":

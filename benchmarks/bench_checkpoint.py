@@ -26,11 +26,11 @@ def main():
     os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_SIZE="1", MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(free_port()))
     import torch
-    from rl import dist
-    from rl.checkpoint import export_hf, load_checkpoint, resolve_resume, save_checkpoint
+    from rl.engine import dist
+    from rl.run.checkpoint import export_hf, load_checkpoint, resolve_resume, save_checkpoint
     from rl.config import parse_args
-    from rl.engine import build_actor
-    from rl.models import load_tokenizer
+    from rl.engine.actor import build_actor
+    from rl.engine.models import load_tokenizer
     from benchmarks.results_io import cpu_model, write_results
 
     dist.init_distributed()
@@ -58,7 +58,7 @@ def main():
     hf_dir = os.path.join(out, "hf", "step_1")
     export_hf(engine, load_tokenizer(args.model_name_or_path), hf_dir)
     export_s = time.perf_counter() - t0
-    from rl.engine import resolve_dtype
+    from rl.engine.actor import resolve_dtype
     result = {"model": os.path.relpath(os.path.abspath(args.model_name_or_path), REPO),
               "dtype": str(resolve_dtype(args.dtype)).replace("torch.", ""),
               "parameters": sum(getattr(q, "ds_numel", q.numel()) for q in engine.module.parameters()),

@@ -1,4 +1,4 @@
-"""Rollout generation: credo's decode loop (rl/decode.py) vs transformers' `generate`, same model, prompts, settings.
+"""Rollout generation: credo's decode loop (rl/rollout/decode.py) vs transformers' `generate`, same model, prompts, settings.
 
 One process, the CPU default model in fp32, the 32 prompts of one bench_vs_trl step (8 single-digit arith prompts x 4),
 at most 48 new tokens, temperature 0.7, no top-k/top-p. The two are interleaved repeat by repeat (machines are
@@ -18,8 +18,8 @@ import torch
 from benchmarks.bench_envs import single_digit_rows
 from benchmarks.bench_vs_trl import GROUP, MAX_NEW, MODEL, PROMPTS, TEMPERATURE, machine_info
 from benchmarks.results_io import write_results
-from rl.decode import sample_batch
-from rl.tokens import encode_prompts, response_mask_from_ids
+from rl.rollout.decode import sample_batch
+from rl.rollout.tokens import encode_prompts, response_mask_from_ids
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -43,7 +43,7 @@ def main():
     a = p.parse_args()
     from transformers import AutoModelForCausalLM
 
-    from rl.models import load_tokenizer
+    from rl.engine.models import load_tokenizer
     torch.set_num_threads(a.threads)
     tok = load_tokenizer(a.model)
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32).eval()

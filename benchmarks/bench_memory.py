@@ -83,8 +83,8 @@ def main():
     a = p.parse_args()
     import torch
     from benchmarks.results_io import cpu_model, write_results
-    from rl.hardware import cpu_bf16_matmul_isa
-    from rl.models import DEFAULT_MODEL_NAME
+    from rl.engine.hardware import cpu_bf16_matmul_isa
+    from rl.engine.models import DEFAULT_MODEL_NAME
     extra = ["--model_name_or_path", a.model_name_or_path] if a.model_name_or_path else []
     runs = {}
     for name in a.configs.split(","):

@@ -15,8 +15,8 @@ import subprocess
 import sys
 import time
 
-from rl.evaluation import aggregate
-from rl.metrics import read_metrics
+from rl.eval.evaluation import aggregate
+from rl.log.metrics import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -22,8 +22,8 @@ from benchmarks.bench_vs_trl import GROUP, MAX_NEW, MODEL, PROMPTS, TEMPERATURE,
 from benchmarks.results_io import write_results
 from rewards.policy_signals import nover_example, reference_nll
 from rewards.prefix_nll import cached_reference_nll, reusable_length
-from rl.decode import sample_batch_with_signals
-from rl.tokens import encode_prompts
+from rl.rollout.decode import sample_batch_with_signals
+from rl.rollout.tokens import encode_prompts
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MICRO = 8  # train.py's default micro-batch for 32 responses per rank (rl/config.py DEFAULT_MAX_MICRO_BATCH)
@@ -47,7 +47,7 @@ def main():
     a = p.parse_args()
     from transformers import AutoModelForCausalLM
 
-    from rl.models import load_tokenizer
+    from rl.engine.models import load_tokenizer
     torch.set_num_threads(a.threads)
     machine = machine_info()
     tok = load_tokenizer(a.model)

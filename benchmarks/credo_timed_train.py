@@ -3,7 +3,7 @@
     deepspeed --num_gpus 1 benchmarks/credo_timed_train.py --dtype fp32 ...
 
 The trainer already logs time/{gather,generate,reward,train,step}. This wraps, from outside and without changing
-the training code, the three parts of time/train: the log-prob forward (`rl.update.response_logprobs`), the
+the training code, the three parts of time/train: the log-prob forward (`rl.update.ppo.response_logprobs`), the
 engine's backward and its optimizer step, and adds time/logprobs, time/backward, time/optimizer_step to each
 step's metrics. These three are rank 0's own times (the trainer's keys are the slowest rank's).
 """
@@ -42,11 +42,11 @@ def _counted(fn):
 
 
 def install():
-    import rl.update as update_module
+    import rl.update.ppo as update_module
     from rl.trainer import Trainer
 
     # ppo_update calls the module-level name, so rebinding it times every log-prob forward of the update (the
-    # no-grad reference / old-policy passes go through rl.batching's own name and are not counted).
+    # no-grad reference / old-policy passes go through rl.update.batching's own name and are not counted).
     update_module.response_logprobs = _timed(_counted(update_module.response_logprobs), "logprobs")
     original_init, original_step = Trainer.__init__, Trainer.train_step
 

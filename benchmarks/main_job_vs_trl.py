@@ -154,7 +154,7 @@ def main(argv=None):
     p.add_argument("--results", default=os.path.join(REPO, "benchmarks", "results", "main_job_vs_trl"))
     a = p.parse_args(argv)
     seeds = [int(s) for s in a.seeds.split(",")]
-    from rl.hardware import probe_bf16
+    from rl.engine.hardware import probe_bf16
     probe = probe_bf16(seconds=0.5)  # in this invocation, beside the runs (issue #41 item 3)
     if a.report:
         with open(a.results + ".json") as f:

@@ -17,7 +17,7 @@ def write_results(result: dict, results: str, report) -> str:
 
 def cpu_model() -> str:
     """The CPU's model name (/proc/cpuinfo), for the machine line every result records."""
-    from rl.hardware import cpu_model as model
+    from rl.engine.hardware import cpu_model as model
     return model()
 
 

@@ -16,7 +16,7 @@ import subprocess
 
 import psutil
 
-from rl.launch_ranks import deepspeed_ranks
+from rl.run.launch_ranks import deepspeed_ranks
 
 
 class Interrupted(Exception):

@@ -83,7 +83,7 @@ def main():
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from rl.models import load_tokenizer
+    from rl.engine.models import load_tokenizer
 
     tokenizer = load_tokenizer(a.model)
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)

@@ -53,7 +53,7 @@ def main():
     from trl import GRPOConfig, GRPOTrainer
 
     from benchmarks.trl_grpo_runner import correctness  # credo's arith verifier as a TRL reward function
-    from rl.models import load_tokenizer
+    from rl.engine.models import load_tokenizer
 
     tokenizer = load_tokenizer(a.model)
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)

@@ -79,7 +79,7 @@ class PolicyRewards:
         """({name: Tensor[n]} on each reward's own scale, final hidden state Tensor[n, H]) for this rank's rows.
 
         raw ppl is log P_r (NaN where the row has no reference answer), raw ent the mean token entropy. Entropy and
-        hidden state come from the sampling pass (batch.signals, rl/sampling_signals.py) where it recorded them, the
+        hidden state come from the sampling pass (batch.signals, rl/rollout/sampling_signals.py) where it recorded them, the
         same values within float tolerance; else from a no-grad forward.
         """
         a, micro = self.settings, self.settings.per_device_train_micro_batch_size
@@ -90,7 +90,7 @@ class PolicyRewards:
             if signals.entropy.shape != batch.response_mask.shape or len(signals.last_hidden) != len(batch.input_ids):
                 raise ValueError(f"batch.signals ({tuple(signals.entropy.shape)}) do not match the rollout's responses "
                                  f"({tuple(batch.response_mask.shape)}): code that changes a Rollout's rows must change "
-                                 "its signals too (rl.sampling_signals.SamplingSignals.select)")
+                                 "its signals too (rl.rollout.sampling_signals.SamplingSignals.select)")
             entropy = mean_over_mask(signals.entropy, batch.response_mask)
             hidden = signals.last_hidden.float().cpu()
         else:

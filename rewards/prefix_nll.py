@@ -1,9 +1,9 @@
 """NOVER's reference-answer NLL (rewards/policy_signals.reference_nll) on the KV cache the sampling pass already holds.
 
 reference_nll runs the policy over prompt + reasoning + answer opening + reference answer: on the CPU default run
-that full forward is most of `time/policy_rewards`. But the decode loop (rl/decode.py) already computed the keys and
+that full forward is most of `time/policy_rewards`. But the decode loop (rl/rollout/decode.py) already computed the keys and
 values of prompt + response for each row, and NOVER's context usually starts with exactly those tokens. So the decode
-loop can keep each finished row's cache (the "prefix_kv" sampling signal, rl/sampling_signals.py) and the NLL needs a
+loop can keep each finished row's cache (the "prefix_kv" sampling signal, rl/rollout/sampling_signals.py) and the NLL needs a
 forward of only the tokens after the longest common prefix of the context and the cached tokens (the end of the
 reasoning after retokenisation, the answer opening) and the target, on the cache cut there.
 

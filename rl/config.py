@@ -5,13 +5,13 @@ System knobs keep DeepSpeed-Chat's names; method knobs keep verl/TRL names.
 import argparse
 import os
 
-from rl.episode_end import EPISODE_END_CHOICES, check_env_supports, resolve_episode_end
-from rl.loss import KL_TYPES, LOSS_AGG_MODES
+from rl.rollout.episode_end import EPISODE_END_CHOICES, check_env_supports, resolve_episode_end
+from rl.update.loss import KL_TYPES, LOSS_AGG_MODES
 from rl.methods import METHODS, method_class
 from rl.methods.base import parse_weights
-from rl.models import DEFAULT_MODEL_DIR
+from rl.engine.models import DEFAULT_MODEL_DIR
 from rl.policy_reward_flags import add_policy_reward_flags, validate_open_domain_rewards
-from rl.run_config import DEFAULT_SAVE_STEPS, SAVE_COST
+from rl.run.saved_config import DEFAULT_SAVE_STEPS, SAVE_COST
 
 DECODE_LOOPS = ("credo", "hf_generate")
 # Default micro-batch cap: length-sorted micro-batches of 8 rows carry less padding than one 32-row block and bound
@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--per_device_generation_batch_size", type=int, default=8, help="prompts per rank per step")
     g.add_argument("--per_device_train_micro_batch_size", type=int, default=None,
                    help="responses per forward/backward (gradient accumulation over the rest); rows are sorted by "
-                        "length and each micro-batch trimmed to its own padding (rl/batching.py). Default: the largest "
+                        "length and each micro-batch trimmed to its own padding (rl/update/batching.py). Default: the largest "
                         f"divisor of the rank's responses up to {DEFAULT_MAX_MICRO_BATCH}")
     g.add_argument("--max_prompt_seq_len", type=int, default=256, help="prompts longer than this are left-truncated")
     g.add_argument("--max_answer_seq_len", type=int, default=32, help="max new tokens per response")
@@ -100,12 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
     from envs.appworld.flags import add_appworld_flags
     add_appworld_flags(p)
 
-    from rl.loggers import add_logger_flags
-    from rl.lora import add_lora_flags
-    from rl.validation import add_validation_flags
+    from rl.log.loggers import add_logger_flags
+    from rl.engine.lora import add_lora_flags
+    from rl.eval.validation import add_validation_flags
     add_lora_flags(p)
     add_validation_flags(p)
-    from rl.dapo_flags import add_dapo_flags
+    from rl.rollout.dapo_flags import add_dapo_flags
     add_dapo_flags(p)
     add_logger_flags(p)
 
@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("system (DeepSpeed)")
     g.add_argument("--actor_zero_stage", type=int, choices=(0, 1, 2, 3), default=None,
                    help="ZeRO stage of actor and reference. Default: 0 in one process (DeepSpeed-Chat's single_gpu "
-                        "scripts; one-rank ZeRO-3 copies every micro-batch's gradients, rl/zero_config.py), 3 on "
+                        "scripts; one-rank ZeRO-3 copies every micro-batch's gradients, rl/engine/zero_config.py), 3 on "
                         "several ranks or with --offload")
     g.add_argument("--offload", action="store_true", help="ZeRO-Offload of parameters and optimizer state to CPU")
     g.add_argument("--dtype", choices=("fp32", "bf16", "fp16", "auto"), default="auto",
@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--enable_hybrid_engine", action="store_true",
                    help="DeepSpeed hybrid engine for generation (CUDA and an architecture whose DeepSpeed 0.19 "
                         "container fits transformers 5.x: bloom, gptj, gpt_neo, untested; not llama, gpt_neox, qwen, "
-                        "opt: rl/engine.py says why; elsewhere one warning and gather-and-generate)")
+                        "opt: rl/engine/actor.py says why; elsewhere one warning and gather-and-generate)")
     g.add_argument("--gradient_checkpointing", action="store_true",
                    help="recompute each decoder layer's activations in backward (transformers' checkpointing, "
                         "use_reentrant=False): less activation memory for more compute")
@@ -148,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = p.add_argument_group("rollout backend (GPU)")
     g.add_argument("--decode_loop", choices=DECODE_LOOPS, default="credo",
-                   help="with --rollout_backend hf: credo = rl/decode.py (drops finished responses from the batch, "
+                   help="with --rollout_backend hf: credo = rl/rollout/decode.py (drops finished responses from the batch, "
                         "HF's logits warpers, inverse-CDF sampling; 1.5x faster on the CPU default: "
                         "benchmarks/results/decode_loop.md); hf_generate = transformers' model.generate. The hybrid "
                         "engine always uses its own generate")
@@ -211,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("fault tolerance")
     g.add_argument("--resume", default="auto",
                    help="auto: continue OUTPUT_DIR's latest complete checkpoint when its method-defining flags "
-                        "(rl/run_config.py) match, refuse when they differ, exit 0 when it already reached "
+                        "(rl/run/saved_config.py) match, refuse when they differ, exit 0 when it already reached "
                         "--max_steps; force: continue it even with other flags; none: start fresh (replacing its "
                         "checkpoints); or a checkpoints folder / step_N folder")
     g.add_argument("--skip_bad_rows", action="store_true",
@@ -287,7 +287,7 @@ def validate(args) -> None:
         bad(f"--clip_ratio_c must be > 1 (dual clip), got {args.clip_ratio_c}")
     if args.dtype == "auto":  # resolved once here, so the run's config and every rank record the dtype used
         import torch
-        from rl.hardware import auto_dtype_name
+        from rl.engine.hardware import auto_dtype_name
         args.dtype, why = auto_dtype_name(torch.cuda.is_available())
         if os.environ.get("RANK", "0") == "0":
             print(f"--dtype auto: {args.dtype} ({why})", flush=True)
@@ -307,7 +307,7 @@ def validate(args) -> None:
         bad(f"--beta must be >= 0, got {args.beta}")
     if args.log_completions < 0:
         bad(f"--log_completions must be >= 0, got {args.log_completions}")
-    from rl.data_files import check_data_path
+    from rl.rollout.data_files import check_data_path
     check_data_path(args, bad)
     from envs import env_class_from_flags  # imported here: envs pulls in the verifiers
     env_cls = env_class_from_flags(args, bad)
@@ -320,19 +320,19 @@ def validate(args) -> None:
     if is_local_model_path(args.model_name_or_path) and not os.path.exists(args.model_name_or_path):
         hint = " (run `bash scripts/setup.sh` to convert the default model)" if args.model_name_or_path == DEFAULT_MODEL_DIR else ""
         bad(f"--model_name_or_path {args.model_name_or_path} does not exist{hint}")
-    from rl.loggers import validate_loggers
+    from rl.log.loggers import validate_loggers
     validate_loggers(args, bad)  # --report_to, --tensorboard_path
     if args.tensorboard_path is None and args.output_dir is not None:  # else set with the default output dir
         args.tensorboard_path = os.path.join(args.output_dir, "tensorboard")
-    from rl.zero_config import resolve_zero_stage
+    from rl.engine.zero_config import resolve_zero_stage
     resolve_zero_stage(args)
     if args.offload and args.actor_zero_stage == 0:
         bad("--offload moves ZeRO partitions to the CPU and needs --actor_zero_stage 1, 2 or 3 (got 0)")
-    from rl.lora import validate_lora
-    from rl.validation import validate_validation
+    from rl.engine.lora import validate_lora
+    from rl.eval.validation import validate_validation
     validate_lora(args, bad)
     validate_validation(args, env_cls, bad)
-    from rl.dapo_flags import validate_dapo
+    from rl.rollout.dapo_flags import validate_dapo
     validate_dapo(args, method, bad)
     validate_rollout_backend(args, bad)
 
@@ -379,7 +379,7 @@ def validate_rollout_backend(args, bad) -> None:
     if args.enable_hybrid_engine:
         bad("--enable_hybrid_engine speeds up generation on the actor; with --rollout_backend vllm vLLM generates: "
             "pick one")
-    from rl.rollout_vllm import vllm_unavailable_reason
+    from rl.rollout.vllm.backend import vllm_unavailable_reason
     reason = vllm_unavailable_reason()
     if reason:
         bad(reason)

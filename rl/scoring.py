@@ -15,10 +15,10 @@ from rewards.base import RewardCaller
 from rewards.pooled import PooledRewards
 from rewards.policy_rewards import POLICY_REWARDS, PolicyRewards, PolicyRewardSettings, normalise
 from rewards.registry import CORRECTNESS, reward_spec
-from rl import dist
+from rl.engine import dist
 from rl.advantages.mt_grpo import last_present
 from rl.advantages.stats import group_mean_std
-from rl.episode_end import env_kwargs
+from rl.rollout.episode_end import env_kwargs
 from rl.errors import RewardFailure, TrainingAborted
 
 
@@ -83,12 +83,12 @@ class Scorer:
             self.policy_rewards = PolicyRewards(self.policy_names, self.settings.policy, actor, tokenizer)
 
     def sampling_signals(self) -> frozenset:
-        """What the sampling pass records for the in-process rewards (rl/sampling_signals.py): `ent` and the
+        """What the sampling pass records for the in-process rewards (rl/rollout/sampling_signals.py): `ent` and the
         Conductor's hidden state come from the sampling pass where the sampler records them."""
         return self.policy_rewards.sampling_signals if self.policy_rewards else frozenset()
 
     def new_env(self):
-        """One episode's env, with the run's settings as arguments: the episode end (rl/episode_end.py) and the
+        """One episode's env, with the run's settings as arguments: the episode end (rl/rollout/episode_end.py) and the
         env's own flags (Env.settings_from_args; AppWorld's --appworld_*)."""
         s = self.settings
         return self.env_cls(verifier=self.shared_verifier, prompt_key=s.prompt_key, answer_key=s.answer_key,

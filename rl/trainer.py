@@ -10,27 +10,27 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from rl import dist
+from rl.engine import dist
 from rl.methods import StepContext, build_method, method_class
-from rl.checkpoint import checkpoint_root, export_hf, load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from rl.data import DataSettings, PromptStream, training_rows
-from rl.dynamic_sampling import FilterGroupsExhausted, FilterSettings, collect_groups
-from rl.completions import completion_records
-from rl.engine import EngineSettings, build_actor, build_reference, set_cpu_threads
-from rl.env_metrics import env_metrics
-from rl.length_shaping import LengthSettings, mask_truncated, punish_overlong, shaping_metrics
-from rl.metrics import MetricsLogger
-from rl.models import load_tokenizer
-from rl.episodes import run_episodes
-from rl.refinement_metrics import refinement_metrics
-from rl.samplers import make_sampler
+from rl.run.checkpoint import checkpoint_root, export_hf, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from rl.rollout.data import DataSettings, PromptStream, training_rows
+from rl.rollout.dynamic_sampling import FilterGroupsExhausted, FilterSettings, collect_groups
+from rl.log.completions import completion_records
+from rl.engine.actor import EngineSettings, build_actor, build_reference, set_cpu_threads
+from rl.log.env_metrics import env_metrics
+from rl.update.length_shaping import LengthSettings, mask_truncated, punish_overlong, shaping_metrics
+from rl.log.metrics import MetricsLogger
+from rl.engine.models import load_tokenizer
+from rl.rollout.episodes import run_episodes
+from rl.log.refinement_metrics import refinement_metrics
+from rl.rollout.samplers import make_sampler
 from rl.errors import RewardFailure
 from rl.scoring import Scorer, ScoringSettings
-from rl.run_start import OutputSettings, parser_defaults, start_run
-from rl.step_guard import StepGuard
-from rl.update import LossSettings, no_grad_logprobs, ppo_update
-from rl.validation import PeriodicValidation
-from rl.best_checkpoint import BestCheckpoint
+from rl.run.start import OutputSettings, parser_defaults, start_run
+from rl.update.step_guard import StepGuard
+from rl.update.ppo import LossSettings, no_grad_logprobs, ppo_update
+from rl.eval.validation import PeriodicValidation
+from rl.run.best_checkpoint import BestCheckpoint
 
 logger = logging.getLogger(__name__)
 
@@ -73,15 +73,15 @@ class Trainer:
         engine_settings = EngineSettings.from_args(args)
         self.actor = build_actor(engine_settings, self.world, args.max_steps)
         self.reference = build_reference(engine_settings, self.world, self.actor)
-        self.sampler = make_sampler(args, self.actor, self.tokenizer)  # who generates (rl/samplers.py)
+        self.sampler = make_sampler(args, self.actor, self.tokenizer)  # who generates (rl/rollout/samplers.py)
         self.scorer.attach_policy(self.actor, self.tokenizer)  # --reward_funcs ppl / ent / fmt / len / pref
         # the --algo method (rl/methods/): its advantages, its work around them, and the state it carries
         self.method = build_method(args.algo, args, StepContext(
             actor=self.actor, tokenizer=self.tokenizer, reference=self.reference, sampler=self.sampler,
             score_alternative=self.scorer.score_alternative, rank=self.rank, world=self.world))
-        # what the sampling pass records so that TCPO's surprisal and `ent` need no forward (rl/sampling_signals.py)
+        # what the sampling pass records so that TCPO's surprisal and `ent` need no forward (rl/rollout/sampling_signals.py)
         self.sampling_signals = self.method.sampling_signals() | self.scorer.sampling_signals()
-        # DAPO (rl/dapo_flags.py): dynamic sampling rounds, the overlong punishment, the truncated-completion mask
+        # DAPO (rl/rollout/dapo_flags.py): dynamic sampling rounds, the overlong punishment, the truncated-completion mask
         self.filter = FilterSettings.from_args(args, per_component=method_class(args.algo).min_rewards > 1)
         self.lengths = LengthSettings.from_args(args)
         self.step = 0
@@ -132,7 +132,7 @@ class Trainer:
 
     def scored_rollout(self, timings):
         """One round of prompts, rolled out and scored; with --filter_groups, rounds until every rank's groups
-        all have spread (rl/dynamic_sampling.py)."""
+        all have spread (rl/rollout/dynamic_sampling.py)."""
         if not self.filter.filter_groups:
             return self.score(self.rollout(timings), timings), {}
         return collect_groups(lambda: self.score(self.rollout(timings), timings), self.filter,
@@ -149,7 +149,7 @@ class Trainer:
         return batch, inputs, method_metrics
 
     def train_on(self, batch, timings):
-        """The loss's no-grad log-probs, then the PPO update under the step guard (rl/update.py, rl/step_guard.py)."""
+        """The loss's no-grad log-probs, then the PPO update under the step guard (rl/update/ppo.py, rl/update/step_guard.py)."""
         self.sampler.sleep()  # vLLM gives its GPU memory back while the actor trains (a no-op for the others)
         t0 = time.perf_counter()
         settings = LossSettings.from_args(self.args)

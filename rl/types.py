@@ -34,7 +34,7 @@ class Rollout:
     ref_logp: torch.Tensor = None  # Tensor[N, R] same under the frozen reference (None when beta = 0)
     rollout_logp: torch.Tensor = None  # Tensor[N, R] the sampler's own log-probs (vLLM), 0 off the model's tokens;
     #                                    None with HF generate. Drives --vllm_is_correction.
-    signals: object = None  # rl.sampling_signals.SamplingSignals the decode loop recorded (None: consumers do a forward)
+    signals: object = None  # rl.rollout.sampling_signals.SamplingSignals the decode loop recorded (None: consumers do a forward)
     advantages: torch.Tensor = None  # Tensor[N] response-level or Tensor[N, T] turn-level advantage
     # A method's own per-response data, name -> Tensor[N, ...] (TCPO's "counterfactual" Tensor[N, T], MAESTRO's
     # "actions" Tensor[N]). Every rank must hold the same keys: gather() concatenates each in rank order.
@@ -47,7 +47,7 @@ class Rollout:
         Every tensor of it is on the CPU, whatever device each came from: the rewards are computed there, the
         response lengths come from the GPU's mask, and the advantage maths mixes them (per-response scalars, under
         0.1% of a step). The trainer moves the advantages to the actor's device."""
-        from rl import dist
+        from rl.engine import dist
 
         def gathered(t):
             return dist.all_gather_cat(t).cpu()

@@ -4,7 +4,7 @@
 #   hf                HF generate on the gathered actor,
 #   vllm              the colocated vLLM engine (--rollout_backend vllm, TIS on),
 #   hf+hybrid_engine  (only when asked for in BACKENDS) --enable_hybrid_engine: SmolLM2 is a Llama, which
-#                     rl/engine.py refuses under transformers 5.x, so this shows the warning and the HF fallback.
+#                     rl/engine/actor.py refuses under transformers 5.x, so this shows the warning and the HF fallback.
 # printing generated tokens/s per backend and, for vLLM, the max |logp_vllm - logp_trainer| over the sampled tokens.
 # Writes benchmarks/results/gpu_check.json (and the runs' logs under $OUT).
 #

@@ -24,7 +24,7 @@ import sys
 
 import psutil
 
-from rl.launch_ranks import deepspeed_ranks
+from rl.run.launch_ranks import deepspeed_ranks
 
 DEFAULT_PORT = 29500  # DeepSpeed's own default, kept when it is free so that nothing changes for a quiet machine
 

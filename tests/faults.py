@@ -8,7 +8,7 @@
 --kill_in_save_at_step N: in the save of step N every rank SIGKILLs itself once its files are written, before the
     manifest and the rename (the crash-safety test's "kill during a save").
 
-Each fault wraps one module-level name the code calls (rl.update.policy_loss, rl.checkpoint.checkpoint_files);
+Each fault wraps one module-level name the code calls (rl.update.ppo.policy_loss, rl.run.checkpoint.checkpoint_files);
 if that name is gone after a refactor the install fails loudly instead of silently injecting nothing.
 """
 import argparse
@@ -40,7 +40,7 @@ def _track_steps():
 
 def nan_loss_at_steps(steps):
     """Make the loss of every micro-batch of `steps` (1-based) NaN."""
-    import rl.update
+    import rl.update.ppo
     steps = set(steps)
     _track_steps()
 
@@ -49,12 +49,12 @@ def nan_loss_at_steps(steps):
             loss, stats = policy_loss(*args, **kwargs)
             return (loss * float("nan") if _current_step[0] in steps else loss), stats
         return nan_policy_loss
-    _wrap(rl.update, "policy_loss", make)
+    _wrap(rl.update.ppo, "policy_loss", make)
 
 
 def kill_in_save_at_step(step: int):
     """SIGKILL each rank in save_checkpoint of `step`, after its files are written and before the rename."""
-    import rl.checkpoint
+    import rl.run.checkpoint
 
     def make(checkpoint_files):
         def killing_checkpoint_files(folder):
@@ -62,7 +62,7 @@ def kill_in_save_at_step(step: int):
                 os.kill(os.getpid(), signal.SIGKILL)
             return checkpoint_files(folder)
         return killing_checkpoint_files
-    _wrap(rl.checkpoint, "checkpoint_files", make)
+    _wrap(rl.run.checkpoint, "checkpoint_files", make)
 
 
 def _steps(text: str) -> list:

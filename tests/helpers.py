@@ -90,7 +90,7 @@ def default_args(**overrides):
     """train.py's flag defaults as parsed (not validated), with overrides: a test that builds a Scorer or an episode
     driver by hand gets every flag those modules read, including flags added after the test was written."""
     from rl.config import build_parser
-    from rl.episode_end import resolve_episode_end
+    from rl.rollout.episode_end import resolve_episode_end
     args = build_parser().parse_args([])
     vars(args).update(overrides)
     args.episode_end_given = args.episode_end  # resolved as rl.config.validate does
@@ -109,7 +109,7 @@ def one_rank_process_group():
     saved_env = {key: os.environ.get(key) for key in launcher_env}
     os.environ.update(launcher_env)
     try:
-        from rl import dist
+        from rl.engine import dist
         dist.init_distributed()
         yield
     finally:

@@ -17,7 +17,7 @@ def _worker(rank, port, out):
     # about a minute on a fresh machine)
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_SIZE="2", MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))
-    from rl import dist
+    from rl.engine import dist
     dist.init_distributed()
     local = slice(rank * 4, rank * 4 + 4)
     adv = grpo(dist.all_gather_cat(SCORES[local]), dist.all_gather_cat(GROUPS[local]))[local]

@@ -6,7 +6,7 @@ import torch
 from envs import make_env
 from envs.arith import make_arith_split
 from rl.advantages.tcpo import eligible_turns, tcpo
-from rl.counterfactual import candidate_turns
+from rl.methods.tcpo_counterfactuals import candidate_turns
 
 NAN = float("nan")
 
@@ -86,7 +86,7 @@ def test_ablation_switches_drop_their_part():
 
 
 def play(env_name, row, texts, episode_end):
-    """Turn scores of one scripted episode (NaN after it ended), as rl/episodes.py records them."""
+    """Turn scores of one scripted episode (NaN after it ended), as rl/rollout/episodes.py records them."""
     env = make_env(env_name, max_turns=len(texts), episode_end=episode_end)
     env.reset(row)
     scores = [NAN] * len(texts)

@@ -5,7 +5,7 @@ import pytest
 
 from envs.appworld.env import AppWorldEnv
 from rl.config import parse_args
-from rl.data import DataSettings, training_rows
+from rl.rollout.data import DataSettings, training_rows
 from rl.scoring import Scorer, ScoringSettings
 
 VARIABLES = ("BACKEND", "URL", "SCORE", "EVAL_SPLIT", "TASKS_DIR", "CELL_TIMEOUT")

@@ -1,10 +1,10 @@
-"""rl/batching.py: length-sorted, trimmed micro-batches change no result, only the padding computed."""
+"""rl/update/batching.py: length-sorted, trimmed micro-batches change no result, only the padding computed."""
 import torch
 
-from rl.batching import batched_response_logprobs, micro_batches
-from rl.loss import policy_loss
-from rl.logprobs import response_logprobs
-from rl.tokens import left_pad
+from rl.update.batching import batched_response_logprobs, micro_batches
+from rl.update.loss import policy_loss
+from rl.update.logprobs import response_logprobs
+from rl.rollout.tokens import left_pad
 
 
 def _batch(seed=0):

@@ -1,4 +1,4 @@
-"""Keep-the-best (--save_best_metric, rl/best_checkpoint.py): which metric names and values count, that a SIGKILL at
+"""Keep-the-best (--save_best_metric, rl/run/best_checkpoint.py): which metric names and values count, that a SIGKILL at
 any moment leaves OUTPUT_DIR/best a complete model, and a real run with --eval_before_train and sampled validation
 (--eval_n, --eval_temperature) whose best folder is the export of its best validated step."""
 import json
@@ -12,9 +12,9 @@ import time
 import pytest
 import torch
 
-from rl.best_checkpoint import BEST_LINK, RECORD, check_metric_name, is_better, read_best
+from rl.run.best_checkpoint import BEST_LINK, RECORD, check_metric_name, is_better, read_best
 from rl.config import parse_args
-from rl.metrics import read_metrics
+from rl.log.metrics import read_metrics
 from tests.helpers import REPO_ROOT, run_train
 
 FIXTURE_ENV = "tests.fixture_envs:DigitFractionEnv"
@@ -51,8 +51,8 @@ def test_bad_best_and_validation_flags_are_refused_naming_the_flag(tiny_model_di
 
 SAVER = """
 import os, sys, types
-from rl.best_checkpoint import BestCheckpoint
-from rl.models import load_tokenizer
+from rl.run.best_checkpoint import BestCheckpoint
+from rl.engine.models import load_tokenizer
 from transformers import AutoModelForCausalLM, LlamaForCausalLM  # noqa: F401 - imported once, before the forks
 model_dir, out = sys.argv[1], sys.argv[2]
 for _ in sys.stdin:  # a line: a new saver process, forked so that only the first pays the imports

@@ -10,8 +10,8 @@ import signal
 import pytest
 import torch
 
-from rl.checkpoint import (latest_checkpoint, load_checkpoint, nonfinite_counts, resolve_resume, save_checkpoint)
-from rl.manifest import CheckpointError
+from rl.run.checkpoint import (latest_checkpoint, load_checkpoint, nonfinite_counts, resolve_resume, save_checkpoint)
+from rl.run.manifest import CheckpointError
 from tests.helpers import one_rank_process_group
 
 pytestmark = pytest.mark.slow
@@ -29,7 +29,7 @@ def train_one_step(engine):
 def engine(tiny_model_dir):
     with one_rank_process_group():
         from rl.config import parse_args
-        from rl.engine import EngineSettings, build_actor
+        from rl.engine.actor import EngineSettings, build_actor
         args = parse_args(["--model_name_or_path", tiny_model_dir, "--env", "tests.fixture_envs:DigitFractionEnv",
                            "--output_dir", "unused", "--actor_zero_stage", "3"])
         actor = build_actor(EngineSettings.from_args(args), 1, 10)

@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from rl.checkpoint import latest_checkpoint, resolve_resume
-from rl.manifest import CheckpointError, checkpoint_files, file_entries, write_manifest
+from rl.run.checkpoint import latest_checkpoint, resolve_resume
+from rl.run.manifest import CheckpointError, checkpoint_files, file_entries, write_manifest
 
 
 def make_step(root, step, complete=True, payload=b"weights"):

@@ -1,4 +1,4 @@
-"""A launch after a killed comm-op build runs instead of waiting for ever on the lock it left (rl/comm_op_build.py)."""
+"""A launch after a killed comm-op build runs instead of waiting for ever on the lock it left (rl/engine/comm_op_build.py)."""
 import os
 import select
 import signal
@@ -7,12 +7,12 @@ import sys
 
 import pytest
 
-from rl.comm_op_build import build_lock, remove_stale_baton
-from rl.dist import REPO_ROOT, own_extensions_dir
+from rl.engine.comm_op_build import build_lock, remove_stale_baton
+from rl.engine.dist import REPO_ROOT, own_extensions_dir
 from tests.helpers import run_train
 
 HOLD = ("import sys, time\n"
-        "from rl.comm_op_build import build_lock\n"
+        "from rl.engine.comm_op_build import build_lock\n"
         "print('waiting', flush=True)\n"
         "with build_lock(sys.argv[1]):\n"
         "    print('held', flush=True)\n"

@@ -1,7 +1,7 @@
 """MAESTRO's Conductor: probabilities, the floor, the learned temperature, and learning a contextual bandit."""
 import torch
 
-from rl.conductor import PROB_FLOOR, RECIPES, Conductor, ConductorLearner, floor_probs, reinforce_loss
+from rl.methods.maestro_conductor import PROB_FLOOR, RECIPES, Conductor, ConductorLearner, floor_probs, reinforce_loss
 
 
 def test_probabilities_have_one_row_per_response_and_sum_to_one():

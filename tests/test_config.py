@@ -71,7 +71,7 @@ def test_defaults_fill_the_micro_batch_and_tensorboard_path(tiny_model_dir):
                         "--per_device_generation_batch_size", "7", "--num_generations", "2"])
     assert seven.per_device_train_micro_batch_size == 7
     assert args.tensorboard_path == "o/tensorboard"
-    # unset, --actor_zero_stage resolves by world size (rl/zero_config.py): 0 in one process, as DeepSpeed-Chat's
+    # unset, --actor_zero_stage resolves by world size (rl/engine/zero_config.py): 0 in one process, as DeepSpeed-Chat's
     # single_gpu scripts
     assert build_parser().get_default("actor_zero_stage") is None
     assert args.actor_zero_stage == 0
@@ -101,7 +101,7 @@ def test_bad_training_data_stops_before_training_naming_file_and_line(tiny_model
 
 
 def test_skip_bad_rows_reports_how_many_were_skipped(tmp_path, caplog):
-    from rl.data import load_jsonl_rows
+    from rl.rollout.data import load_jsonl_rows
     data = tmp_path / "train.jsonl"
     data.write_bytes(b'{"problem": "1+1", "answer": "2"}\n{"problem": ""}\n\xff\n{"problem": "3", "answer": "3"}\n')
     rows = load_jsonl_rows(str(data), ("problem", "answer"), skip_bad_rows=True)

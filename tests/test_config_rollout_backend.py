@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rl.config import parse_args
-from rl.engine import HYBRID_ENGINE_MODEL_TYPES, EngineSettings, hybrid_engine_config, hybrid_engine_supported
+from rl.engine.actor import HYBRID_ENGINE_MODEL_TYPES, EngineSettings, hybrid_engine_config, hybrid_engine_supported
 
 
 def refused(argv, model_dir, capsys):
@@ -58,7 +58,7 @@ def test_bad_gpu_flag_combinations_are_refused(argv, fragment, tiny_model_dir, c
 
 
 @pytest.mark.parametrize("model_type,rope,ok", [
-    ("llama", None, False),                                      # tuple for tensor, no num_kv (rl/engine.py)
+    ("llama", None, False),                                      # tuple for tensor, no num_kv (rl/engine/actor.py)
     ("llama", {"rope_type": "default", "rope_theta": 1e4}, False),
     ("llama", {"rope_type": "llama3", "factor": 8.0}, False),   # DeepSeek-R1-Distill-Llama-8B
     ("qwen3", None, False),                                      # Qwen3-4B: no DeepSpeed inference container

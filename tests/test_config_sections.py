@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from rl.config import parse_args
-from rl.data import DataSettings
-from rl.engine import EngineSettings, ds_config, hybrid_engine_config
-from rl.run_start import OutputSettings
+from rl.rollout.data import DataSettings
+from rl.engine.actor import EngineSettings, ds_config, hybrid_engine_config
+from rl.run.start import OutputSettings
 from rl.scoring import ScoringSettings
 
 

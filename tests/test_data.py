@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from rl.data import DataError, PromptStream, load_rows
-from rl.data_files import SUPPORTED
+from rl.rollout.data import DataError, PromptStream, load_rows
+from rl.rollout.data_files import SUPPORTED
 
 ROWS = [{"problem": "1+1", "answer": "2"}, {"problem": "2+2", "answer": "4"}, {"problem": "3+3", "answer": "007"}]
 
@@ -125,7 +125,7 @@ def test_an_env_that_reads_its_own_fields_does_not_need_prompt_and_answer_keys(t
     args = argparse.Namespace(env="tests.fixture_envs:TaskIdEnv", data_path=path, data_split="train",
                               prompt_key="problem", answer_key="answer", skip_bad_rows=False,
                               num_train_samples=1, seed=0)
-    from rl.data import DataSettings, training_rows
+    from rl.rollout.data import DataSettings, training_rows
     assert training_rows(DataSettings.from_args(args)) == [{"task_id": "t1"}]
     args.env = "math"  # the default keys are still checked for envs that read them
     with pytest.raises(DataError, match="missing key 'problem'"):

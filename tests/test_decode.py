@@ -1,8 +1,8 @@
-"""rl/decode.py: the sampling loop that drops finished responses from the batch."""
+"""rl/rollout/decode.py: the sampling loop that drops finished responses from the batch."""
 import torch
 
-from rl.decode import logits_warpers, sample_batch, sample_from_logits
-from rl.tokens import left_pad
+from rl.rollout.decode import logits_warpers, sample_batch, sample_from_logits
+from rl.rollout.tokens import left_pad
 
 
 def test_inverse_cdf_sampling_draws_from_the_softmax():
@@ -59,10 +59,10 @@ def test_greedy_responses_equal_hf_generate_while_rows_finish_at_different_steps
 
 
 def test_both_decode_loops_give_the_same_greedy_turns_through_their_samplers():
-    """--decode_loop credo and hf_generate: the same responses (through the first EOS) from rl.samplers' samplers."""
+    """--decode_loop credo and hf_generate: the same responses (through the first EOS) from rl.rollout.samplers' samplers."""
     from types import SimpleNamespace
 
-    from rl.samplers import make_sampler
+    from rl.rollout.samplers import make_sampler
     model = _lively_llama()
     tokenizer = SimpleNamespace(pad_token_id=0, eos_token_id=7)  # what a sampler reads of a tokenizer
     contexts = [[5, 6, 7, 8], [9, 10], [11, 12, 13], [14]]

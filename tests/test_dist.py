@@ -1,4 +1,4 @@
-"""rl/dist.py under a real two-process gloo group: collectives get their tensors on the accelerator's device and
+"""rl/engine/dist.py under a real two-process gloo group: collectives get their tensors on the accelerator's device and
 hand results back on the caller's, without touching the caller's tensor.
 
 On CUDA DeepSpeed's group is NCCL only, which refuses CPU tensors. This machine has no second device kind, so the
@@ -23,7 +23,7 @@ def _devices_seen_by_collectives(rank):
     """For each helper: the devices of the tensors its collective received while the accelerator says 'meta'."""
     import deepspeed.comm as dscomm
     from deepspeed.accelerator import get_accelerator
-    from rl import dist
+    from rl.engine import dist
 
     seen, accelerator = {}, get_accelerator()
     real = {name: getattr(dscomm, name) for name in ("all_reduce", "all_gather")}
@@ -58,7 +58,7 @@ def _worker(rank, port, out):
     tdist.init_process_group("gloo", rank=rank, world_size=2)
     import deepspeed.comm as dscomm
     dscomm.init_distributed(dist_backend="gloo", auto_mpi_discovery=False, verbose=False, rank=rank, world_size=2)
-    from rl import dist
+    from rl.engine import dist
 
     counts = torch.tensor([float(rank + 1), 10.0 * (rank + 1)], dtype=torch.float64)
     summed = dist.all_reduce(counts)
@@ -110,7 +110,7 @@ def test_all_gather_cat_concatenates_in_rank_order(two_ranks):
 
 
 def test_without_a_process_group_helpers_pass_values_through():
-    from rl import dist
+    from rl.engine import dist
     t = torch.tensor([2.0, 5.0])
     assert not dist.is_dist()
     assert dist.all_reduce(t) is t and dist.all_gather_cat(t) is t and dist.all_gather_object(3) == [3]

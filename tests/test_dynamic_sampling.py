@@ -1,10 +1,10 @@
-"""DAPO's dynamic sampling rounds (rl/dynamic_sampling.py) and the joining of their rows (rl/rollout_rows.py), in
+"""DAPO's dynamic sampling rounds (rl/rollout/dynamic_sampling.py) and the joining of their rows (rl/rollout/rows.py), in
 one process; tests/test_train_dapo.py trains with them under the launcher on two ranks."""
 import pytest
 import torch
 
-from rl.dynamic_sampling import FilterGroupsExhausted, FilterSettings, collect_groups, groups_with_spread, spread_values
-from rl.rollout_rows import join_rows
+from rl.rollout.dynamic_sampling import FilterGroupsExhausted, FilterSettings, collect_groups, groups_with_spread, spread_values
+from rl.rollout.rows import join_rows
 from rl.types import Rollout
 
 G = 2
@@ -84,7 +84,7 @@ def test_a_cap_of_zero_draws_as_many_rounds_as_it_takes():
 def test_joined_rows_keep_their_tokens_and_their_log_probs(tiny_model_dir):
     """Re-padding rows of rounds with other widths changes no real token, no response mask and no log-prob."""
     from transformers import AutoModelForCausalLM
-    from rl.logprobs import response_logprobs
+    from rl.update.logprobs import response_logprobs
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     a, b = _rollout([[0, 1], [1, 1]], 0, 3, 6, seed=4), _rollout([[1, 0]], 2, 7, 2, seed=5)
     joined = join_rows([(a, torch.tensor([0, 1])), (b, torch.tensor([1]))], PAD)

@@ -3,15 +3,15 @@
 import pytest
 from transformers import AutoConfig
 
-import rl.engine
-from rl.engine import HYBRID_ENGINE_REFUSED, hybrid_engine_refusal
+import rl.engine.actor
+from rl.engine.actor import HYBRID_ENGINE_REFUSED, hybrid_engine_refusal
 
 
 def test_tiny_llama_is_refused_for_the_tuple_contract_and_grouped_query_attention(tiny_model_dir, monkeypatch):
     config = AutoConfig.from_pretrained(tiny_model_dir)
     assert config.model_type == "llama" and config.num_key_value_heads < config.num_attention_heads
-    monkeypatch.setattr(rl.engine, "on_cuda", lambda: True)  # past the CUDA check, to the architecture check
-    why = rl.engine._hybrid_engine_fallback_reason(tiny_model_dir)
+    monkeypatch.setattr(rl.engine.actor, "on_cuda", lambda: True)  # past the CUDA check, to the architecture check
+    why = rl.engine.actor._hybrid_engine_fallback_reason(tiny_model_dir)
     assert why == hybrid_engine_refusal(config)
     assert "'llama'" in why and "returns a tuple" in why and "num_kv" in why
 

@@ -3,7 +3,7 @@ import pytest
 
 from envs.arith import ArithEnv
 from envs.base import StepResult
-from rl.env_contract import EnvContractError, check_reset, check_step_result
+from rl.rollout.env_contract import EnvContractError, check_reset, check_step_result
 
 
 class MyEnv(ArithEnv):

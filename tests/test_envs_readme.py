@@ -25,10 +25,10 @@ def reverse_env(tmp_path_factory):
 
 def test_readme_env_plays_multi_turn_episodes_and_its_parts_reach_the_metrics(reverse_env, tiny_model_dir):
     from transformers import AutoModelForCausalLM
-    from rl.env_metrics import env_metrics
-    from rl.episodes import run_episodes
-    from rl.models import load_tokenizer
-    from rl.samplers import make_sampler
+    from rl.log.env_metrics import env_metrics
+    from rl.rollout.episodes import run_episodes
+    from rl.engine.models import load_tokenizer
+    from rl.rollout.samplers import make_sampler
     from rl.scoring import Scorer, ScoringSettings
     args = default_args(env="my_envs:ReverseEnv", answer_key="answer", prompt_key="problem", code_workers=2,
                               reward_funcs=["correctness"], max_turns=2, traj_score="final", reward_weights=None,
@@ -49,7 +49,7 @@ def test_readme_env_plays_multi_turn_episodes_and_its_parts_reach_the_metrics(re
 
 def test_readme_env_reads_rows_from_a_csv_with_its_own_keys(reverse_env, tmp_path):
     import pandas as pd
-    from rl.data import load_rows
+    from rl.rollout.data import load_rows
     path = str(tmp_path / "words.csv")
     pd.DataFrame([{"word": "abc", "answer": "cba"}]).to_csv(path, index=False)
     assert load_rows(path, reverse_env.data_keys("problem", "answer")) == [{"word": "abc", "answer": "cba"}]

@@ -4,7 +4,7 @@ import pytest
 
 from envs import env_class
 from rl.config import parse_args
-from rl.episode_end import env_kwargs
+from rl.rollout.episode_end import env_kwargs
 from rl.scoring import Scorer, ScoringSettings
 
 

@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from rl.episodes import run_episodes
-from rl.models import load_tokenizer
-from rl.samplers import make_sampler
+from rl.rollout.episodes import run_episodes
+from rl.engine.models import load_tokenizer
+from rl.rollout.samplers import make_sampler
 from tests.fixture_envs import DigitFractionEnv
 from tests.helpers import default_args
 
@@ -107,7 +107,7 @@ def _play_one_turn(model_dir, env_name, guarded: bool):
 
 
 def test_reset_returning_a_str_is_refused_naming_the_env_class_and_method(tiny_model_dir):
-    from rl.env_contract import EnvContractError
+    from rl.rollout.env_contract import EnvContractError
     with pytest.raises(EnvContractError, match=r"StrResetEnv\.reset returned str '.*'; reset\(sample\) must return"):
         _play_one_turn(tiny_model_dir, "tests.fixture_envs:StrResetEnv", guarded=True)
 
@@ -115,14 +115,14 @@ def test_reset_returning_a_str_is_refused_naming_the_env_class_and_method(tiny_m
 @pytest.mark.parametrize("guarded", [True, False])
 def test_step_returning_a_float_is_refused_even_under_the_reward_guard(tiny_model_dir, guarded):
     # under the trainer's guard a raising step is scored 0 and the run goes on: the contract error must still stop it
-    from rl.env_contract import EnvContractError
+    from rl.rollout.env_contract import EnvContractError
     with pytest.raises(EnvContractError, match=r"FloatStepEnv\.step returned float .*; step\(model_text\) must return "
                                                r"envs\.base\.StepResult"):
         _play_one_turn(tiny_model_dir, "tests.fixture_envs:FloatStepEnv", guarded=guarded)
 
 
 def test_step_results_components_and_numeric_info_reach_the_env_metrics(tiny_model_dir):
-    from rl.env_metrics import env_metrics
+    from rl.log.env_metrics import env_metrics
     batch = _play_one_turn(tiny_model_dir, "tests.fixture_envs:PartsEnv", guarded=True)
     digits = [sum(c.isdigit() for c in t) / max(len(t), 1) for t in batch.completions]
     metrics = env_metrics(batch.env_values)
@@ -135,6 +135,6 @@ def test_step_results_components_and_numeric_info_reach_the_env_metrics(tiny_mod
 
 
 def test_a_key_reported_on_some_turns_is_averaged_over_those_turns():
-    from rl.env_metrics import env_metrics
+    from rl.log.env_metrics import env_metrics
     values = [[{"correctness": 0.0, "info/hint": 1.0}, {"correctness": 1.0}], [{"correctness": 0.5}]]
     assert env_metrics(values) == {"env/correctness/mean": 0.5, "env/info/hint/mean": 1.0}

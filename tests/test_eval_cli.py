@@ -104,7 +104,7 @@ def test_two_ranks_under_the_launcher_shard_problems_and_gather_them_in_order(ti
 
 
 def test_dtype_auto_is_resolved_by_the_training_rule_and_recorded(tiny_model_dir, tmp_path, capsys):
-    from rl.hardware import auto_dtype_name
+    from rl.engine.hardware import auto_dtype_name
     out = tmp_path / "eval"
     proc = eval_in_process(["--model_name_or_path", tiny_model_dir, "--env", "arith", "--limit", "2",
                             "--max_new_tokens", "2", "--dtype", "auto", "--output_dir", str(out)], capsys)

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from rl.evaluation import aggregate, markdown_table, pass_at_k
+from rl.eval.evaluation import aggregate, markdown_table, pass_at_k
 
 
 @pytest.mark.parametrize("n,c,k,expected", [(4, 0, 1, 0.0), (4, 4, 2, 1.0), (4, 1, 1, 0.25), (4, 1, 2, 0.5),

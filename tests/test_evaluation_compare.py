@@ -1,7 +1,7 @@
 """eval.py --compare: a side-by-side table says when the two results were not evaluated the same way."""
 import json
 
-from rl.evaluation import model_label, setting_differences
+from rl.eval.evaluation import model_label, setting_differences
 from tests.test_eval_cli import eval_in_process
 
 

@@ -13,8 +13,8 @@ import time
 import pytest
 import torch
 
-from rl.checkpoint import latest_checkpoint
-from rl.metrics import read_metrics
+from rl.run.checkpoint import latest_checkpoint
+from rl.log.metrics import read_metrics
 from tests.helpers import REPO_ROOT, free_port, run_train
 from tests.test_train_deepspeed import TINY_RUN, assert_ok
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 # 8 training rows, 2 ranks x 2 prompts: every 2 steps is one pass over the data, so step 2 is an epoch boundary.
 RUN = [*TINY_RUN[:-2], "--num_train_samples", "8", "--max_steps", "4", "--no_final_export"]
-ZERO3 = ["--actor_zero_stage", "3"]  # one process defaults to stage 0 (rl/zero_config.py)
+ZERO3 = ["--actor_zero_stage", "3"]  # one process defaults to stage 0 (rl/engine/zero_config.py)
 TIMING_KEYS = ("time/", "time_share/", "throughput/")
 
 

@@ -4,7 +4,7 @@ import os
 
 import torch
 
-from rl import hardware
+from rl.engine import hardware
 from rl.config import parse_args
 
 

@@ -1,10 +1,10 @@
-"""rl/judge.py and eval.py --judge_model: pairwise judging in both orders, win / tie / loss with Wilson intervals."""
+"""rl/eval/judge.py and eval.py --judge_model: pairwise judging in both orders, win / tie / loss with Wilson intervals."""
 import json
 
 import pytest
 import torch
 
-from rl.judge import Judge, judge_results, pair_outcome, rates, wilson_interval
+from rl.eval.judge import Judge, judge_results, pair_outcome, rates, wilson_interval
 from tests.helpers import build_tiny_model
 from tests.test_eval_cli import eval_in_process
 

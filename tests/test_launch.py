@@ -9,8 +9,8 @@ import time
 import psutil
 import pytest
 
-from rl.checkpoint import latest_checkpoint
-from rl.metrics import read_metrics
+from rl.run.checkpoint import latest_checkpoint
+from rl.log.metrics import read_metrics
 import scripts.launch
 from scripts.launch import with_master_port
 from tests.helpers import REPO_ROOT

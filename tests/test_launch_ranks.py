@@ -1,4 +1,4 @@
-"""Which processes a graceful stop signals: the ranks of a deepspeed launch, not their helpers (rl/launch_ranks.py)."""
+"""Which processes a graceful stop signals: the ranks of a deepspeed launch, not their helpers (rl/run/launch_ranks.py)."""
 import os
 import subprocess
 import sys
@@ -6,7 +6,7 @@ import time
 
 import psutil
 
-from rl.launch_ranks import LAUNCH_MODULE, deepspeed_ranks
+from rl.run.launch_ranks import LAUNCH_MODULE, deepspeed_ranks
 
 # A stand-in process tree with the shape of a real launch: runner -> `... deepspeed.launcher.launch` -> rank -> a
 # forked helper that keeps the rank's command line (as multiprocessing's fork does). The launcher marker is an argv

@@ -47,8 +47,8 @@ def test_lower_layers_never_import_rl(package):
 
 def test_the_check_sees_an_upward_import_even_inside_a_function(tmp_path):
     path = tmp_path / "sneaky.py"
-    path.write_text("import os\n\ndef late():\n    from rl.evaluation import aggregate\n    import rl\n")
-    assert imported_modules(str(path)) == [(1, "os"), (4, "rl.evaluation"), (5, "rl")]
+    path.write_text("import os\n\ndef late():\n    from rl.eval.evaluation import aggregate\n    import rl\n")
+    assert imported_modules(str(path)) == [(1, "os"), (4, "rl.eval.evaluation"), (5, "rl")]
 
 
 def test_rewards_and_envs_import_without_the_trainer_or_deepspeed():

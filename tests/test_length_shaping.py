@@ -1,11 +1,11 @@
-"""--mask_truncated_completions and --overlong_buffer_len on a rollout (rl/length_shaping.py): truncated responses
+"""--mask_truncated_completions and --overlong_buffer_len on a rollout (rl/update/length_shaping.py): truncated responses
 weigh nothing in the loss, and the penalty lands on the scalar reward."""
 import argparse
 
 import torch
 
-from rl.length_shaping import LengthSettings, mask_truncated, punish_overlong
-from rl.loss import policy_loss
+from rl.update.length_shaping import LengthSettings, mask_truncated, punish_overlong
+from rl.update.loss import policy_loss
 from rl.types import Rollout
 
 EOS = 3

@@ -1,4 +1,4 @@
-"""--report_to (rl/loggers.py): which loggers a flag combination gives, refusals at parse time, and real train.py runs:
+"""--report_to (rl/log/loggers.py): which loggers a flag combination gives, refusals at parse time, and real train.py runs:
 TensorBoard alone (no metrics.jsonl), none, and wandb offline on two ranks where only rank 0 writes a run."""
 import glob
 import os
@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from rl.config import parse_args
-from rl.loggers import WANDB_ID_FILE, report_backends
-from rl.metrics import read_metrics
+from rl.log.loggers import WANDB_ID_FILE, report_backends
+from rl.log.metrics import read_metrics
 from tests.helpers import run_train
 
 RUN = ["--env", "tests.fixture_envs:DigitFractionEnv", "--num_generations", "2", "--per_device_generation_batch_size",

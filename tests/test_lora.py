@@ -1,4 +1,4 @@
-"""LoRA through peft (rl/lora.py): flags refused at parse time, only adapters train, the reference is the base with
+"""LoRA through peft (rl/engine/lora.py): flags refused at parse time, only adapters train, the reference is the base with
 adapters off, the merged export equals the adapter on the base, and a resumed LoRA run continues exactly."""
 import json
 import os
@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from rl.config import parse_args
-from rl.lora import LoraSettings, merged_state_dict, wrap_with_lora
-from rl.metrics import read_metrics
+from rl.engine.lora import LoraSettings, merged_state_dict, wrap_with_lora
+from rl.log.metrics import read_metrics
 from tests.helpers import default_args, run_train
 
 LORA_RUN = ["--env", "tests.fixture_envs:DigitFractionEnv", "--num_generations", "4",

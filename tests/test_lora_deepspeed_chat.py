@@ -1,4 +1,4 @@
-"""DeepSpeed-Chat's LoRA flags on credo's peft LoRA (rl/lora.py): the aliases, --only_optimize_lora (which weights a
+"""DeepSpeed-Chat's LoRA flags on credo's peft LoRA (rl/engine/lora.py): the aliases, --only_optimize_lora (which weights a
 real ZeRO-3 step changes), --actor_lora_learning_rate (the adapters' own optimizer param group), and what the
 reference and the export are when the base weights train too."""
 import os
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rl.config import parse_args
-from rl.lora import AdaptersOffReference, is_lora_param
+from rl.engine.lora import AdaptersOffReference, is_lora_param
 from tests.helpers import one_rank_process_group
 
 BASE = ["--env", "tests.fixture_envs:DigitFractionEnv", "--output_dir", "unused", "--actor_zero_stage", "3",
@@ -57,7 +57,7 @@ def full_weights(engine) -> dict:
 
 def trained(tiny_model_dir, *extra):
     """(args, actor, reference, weights before, weights after one optimizer step) on a one-rank ZeRO-3 actor."""
-    from rl.engine import EngineSettings, build_actor, build_reference
+    from rl.engine.actor import EngineSettings, build_actor, build_reference
     args = flags(tiny_model_dir, *extra)
     settings = EngineSettings.from_args(args)
     actor = build_actor(settings, 1, 10)
@@ -107,8 +107,8 @@ def test_without_only_optimize_lora_the_base_weights_train_too_and_the_reference
     assert not isinstance(reference, AdaptersOffReference)
     assert not any(p.requires_grad for p in reference.module.parameters())
     # the export is the merged model; the adapter alone is not written, as it does not apply to the original base
-    from rl.checkpoint import export_hf
-    from rl.models import load_tokenizer
+    from rl.run.checkpoint import export_hf
+    from rl.engine.models import load_tokenizer
     from safetensors.torch import load_file
     out = str(tmp_path / "final")
     export_hf(actor, load_tokenizer(tiny_model_dir), out)

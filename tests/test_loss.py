@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from rl.loss import agg_loss, kl_penalty, policy_loss
+from rl.update.loss import agg_loss, kl_penalty, policy_loss
 
 
 def test_token_mean_and_seq_means_follow_verl():
@@ -83,7 +83,7 @@ def test_kl_term_is_added_with_beta():
 
 
 def test_truncated_is_weights_are_capped_and_detached():
-    from rl.loss import truncated_is_weights
+    from rl.update.loss import truncated_is_weights
     old = torch.tensor([[-1.0, -1.0, -3.0]], requires_grad=True)
     sampler = torch.tensor([[-1.0, -2.0, -1.0]])
     w = truncated_is_weights(old, sampler, cap=2.0)

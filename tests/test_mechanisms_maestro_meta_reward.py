@@ -1,7 +1,7 @@
 """benchmarks/mechanisms/maestro_meta_reward.py: the analysis that splits a real MAESTRO run's Conductor gradient into
 what the meta-reward pushes for and what its own action draws added (issue 42). Its numbers are only as good as its
 reconstruction of the run, so these check it against credo's own code: the advantages it recomputes, the exact level
-formula without std scaling, and the REINFORCE gradient rl/conductor.py takes. A few seconds on one thread."""
+formula without std scaling, and the REINFORCE gradient rl/methods/maestro_conductor.py takes. A few seconds on one thread."""
 import json
 
 import pytest
@@ -9,7 +9,7 @@ import torch
 
 from benchmarks.mechanisms import maestro_meta_reward as meta
 from rl.advantages.maestro import batch_rank, maestro
-from rl.conductor import Conductor, reinforce_loss
+from rl.methods.maestro_conductor import Conductor, reinforce_loss
 from tests.test_mechanisms import one_thread  # noqa: F401 (the module's autouse fixture: tiny tensors, one thread)
 
 REWARDS = ["fmt", "ppl", "ent", "len"]
@@ -49,7 +49,7 @@ def test_without_std_scaling_the_signal_is_the_exact_level_formula():
 
 
 def test_the_realized_gradient_is_the_conductors_own_reinforce_gradient_on_its_bias():
-    """mean_i A_i (1[a_i = k] - pi_ik) is minus the gradient of rl/conductor.py's loss on the bias b_k (tau 1, no
+    """mean_i A_i (1[a_i = k] - pi_ik) is minus the gradient of rl/methods/maestro_conductor.py's loss on the bias b_k (tau 1, no
     entropy bonus): the analysis measures the update the run took, not a stand-in."""
     gen = torch.Generator().manual_seed(2)
     conductor = Conductor(5, 4)

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from rl.completions import completion_records, pick_rows
-from rl.metrics import MetricsLogger, read_metrics
+from rl.log.completions import completion_records, pick_rows
+from rl.log.metrics import MetricsLogger, read_metrics
 from rl.types import Rollout
 
 

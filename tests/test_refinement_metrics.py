@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from rl.refinement_metrics import refinement_metrics, transition_rates
+from rl.log.refinement_metrics import refinement_metrics, transition_rates
 
 NAN = float("nan")
 

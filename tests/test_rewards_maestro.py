@@ -8,7 +8,7 @@ from rewards.length import LinearLengthReward, linear_length_score
 from rewards.policy_rewards import PolicyRewards, PolicyRewardSettings, normalise
 from rewards.policy_signals import (entropy_and_last_hidden, nover_example, nover_length_factor, nover_tokens,
                                     reference_nll)
-from rl.tokens import left_pad
+from rl.rollout.tokens import left_pad
 from tests.helpers import build_char_tokenizer
 
 

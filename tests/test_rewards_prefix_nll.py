@@ -6,10 +6,10 @@ import torch
 from rewards.policy_rewards import PolicyRewards, PolicyRewardSettings
 from rewards.policy_signals import nover_example, reference_nll
 from rewards.prefix_nll import CachedPrefix, cached_reference_nll, reusable_length
-from rl.decode import sample_batch_with_signals
-from rl.models import load_tokenizer
-from rl.sampling_signals import SamplingSignals, layout_signals
-from rl.tokens import encode_prompts
+from rl.rollout.decode import sample_batch_with_signals
+from rl.engine.models import load_tokenizer
+from rl.rollout.sampling_signals import SamplingSignals, layout_signals
+from rl.rollout.tokens import encode_prompts
 from tests.helpers import default_args
 
 TOL = dict(rtol=1e-4, atol=1e-4)
@@ -122,7 +122,7 @@ def test_as_many_forward_calls_with_or_without_cache_on_every_mix_of_rows(tiny):
 def test_policy_rewards_ppl_on_the_kept_cache_equals_the_full_forward_and_frees_it(tiny):
     model, tok = tiny
     prompts, responses, recorded, answers = sampled(model, tok, {"prefix_kv", "entropy", "hidden"})
-    from rl.episodes import _layout
+    from rl.rollout.episodes import _layout
     segments = [[(r, 0)] for r in responses]
     batch = _layout(tok, prompts, segments, torch.zeros(len(prompts), 1), [tok.decode(r) for r in responses],
                     [{"answer": a} for a in answers], torch.arange(len(prompts)) // 3, "cpu")

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import torch
 
-from rl.episodes import _layout
+from rl.rollout.episodes import _layout
 
 
 def test_row_metadata_stays_on_the_cpu_when_the_tokens_go_to_the_actors_device():

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rl.rollout_vllm import (SamplerMismatch, VLLMRollout, answer_budgets, cut_at_eos, iter_vllm_weights,
+from rl.rollout.vllm.backend import (SamplerMismatch, VLLMRollout, answer_budgets, cut_at_eos, iter_vllm_weights,
                              sampled_logprobs, to_vllm_names)
-from rl.vllm_setup import preserved_trainer_state
+from rl.rollout.vllm.setup import preserved_trainer_state
 
 
 def tiny_llama(tie=True):
@@ -160,9 +160,9 @@ def test_episodes_carry_the_samplers_logprobs_on_the_model_tokens(tiny_model_dir
     of the Rollout (0 on feedback and padding)."""
     from transformers import AutoModelForCausalLM
 
-    from rl.episodes import run_episodes
-    from rl.models import load_tokenizer
-    from rl.samplers import SamplingSettings, VLLMSampler
+    from rl.rollout.episodes import run_episodes
+    from rl.engine.models import load_tokenizer
+    from rl.rollout.samplers import SamplingSettings, VLLMSampler
     from tests.fixture_envs import DigitFractionEnv
 
     tok = load_tokenizer(tiny_model_dir)
@@ -195,9 +195,9 @@ def test_episodes_carry_the_samplers_logprobs_on_the_model_tokens(tiny_model_dir
 def test_hf_episodes_have_no_sampler_logprobs(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
-    from rl.episodes import run_episodes
-    from rl.models import load_tokenizer
-    from rl.samplers import make_sampler
+    from rl.rollout.episodes import run_episodes
+    from rl.engine.models import load_tokenizer
+    from rl.rollout.samplers import make_sampler
     from tests.fixture_envs import DigitFractionEnv
 
     tok = load_tokenizer(tiny_model_dir)
@@ -240,7 +240,7 @@ def test_each_request_asks_vllm_for_no_more_than_its_window_holds():
 
 def test_a_too_small_vllm_window_is_refused_at_parse_time_naming_the_flags(tiny_model_dir, monkeypatch):
     from rl.config import parse_args
-    monkeypatch.setattr("rl.rollout_vllm.vllm_unavailable_reason", lambda: None)
+    monkeypatch.setattr("rl.rollout.vllm.backend.vllm_unavailable_reason", lambda: None)
     argv = ["--model_name_or_path", tiny_model_dir, "--rollout_backend", "vllm", "--max_prompt_seq_len", "64",
             "--max_answer_seq_len", "16", "--max_turns", "3", "--env", "tests.fixture_envs:DigitFractionEnv"]
     with pytest.raises(SystemExit, match="--vllm_max_model_len 100 cannot hold --max_prompt_seq_len 64 "
@@ -278,7 +278,7 @@ def test_preserved_trainer_state_undoes_a_global_reseed_and_vllms_thread_lock(mo
 def test_the_factory_builds_a_vllm_sampler_that_attaches_nothing_to_the_engine(monkeypatch):
     """--rollout_backend vllm: the Trainer holds the sampler; the engine is left as DeepSpeed made it, and the
     sampler's sleep / wake / generate drive the colocated engine's protocol."""
-    from rl.samplers import VLLMSampler, make_sampler
+    from rl.rollout.samplers import VLLMSampler, make_sampler
     monkeypatch.setattr(VLLMRollout, "_build", lambda self, dtype: FakeLLM())
     args = argparse.Namespace(rollout_backend="vllm", dtype="fp32", vllm_sleep_level=2, vllm_tensor_parallel_size=1,
                               vllm_max_model_len=0, temperature=1.0, top_p=1.0, top_k=0, max_answer_seq_len=8)

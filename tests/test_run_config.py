@@ -1,5 +1,5 @@
 """Runs that never mix: config.json, which flags define an experiment, the per-experiment default output folder,
-the output-folder lock, and the start decision (fresh / resume / refuse / finished) of rl/run_start.py."""
+the output-folder lock, and the start decision (fresh / resume / refuse / finished) of rl/run/start.py."""
 import json
 import logging
 import os
@@ -12,10 +12,10 @@ import pytest
 
 from rl.config import build_parser, parse_args
 from rl.errors import TrainingAborted
-from rl.manifest import checkpoint_files, file_entries, write_manifest
-from rl.run_config import (HARMLESS_FLAGS, OutputDirBusy, RunMismatch, acquire_output_lock, default_output_dir,
+from rl.run.manifest import checkpoint_files, file_entries, write_manifest
+from rl.run.saved_config import (HARMLESS_FLAGS, OutputDirBusy, RunMismatch, acquire_output_lock, default_output_dir,
                            flag_differences, method_flags, plain_flags, read_run_config, release_output_lock)
-from rl.run_start import parser_defaults, start_run
+from rl.run.start import parser_defaults, start_run
 from tests.helpers import REPO_ROOT
 
 ENV = ["--env", "tests.fixture_envs:DigitFractionEnv"]
@@ -118,7 +118,7 @@ def test_a_run_that_never_saved_is_not_overwritten_by_another_experiment(tiny_mo
     assert read_run_config(str(tmp_path))["flags"]["top_p"] == 0.9
 
 
-HOLD_LOCK = ("import sys, time; from rl.run_config import acquire_output_lock; "
+HOLD_LOCK = ("import sys, time; from rl.run.saved_config import acquire_output_lock; "
              "acquire_output_lock(sys.argv[1]); print('locked', flush=True); time.sleep(600)")
 
 

@@ -1,4 +1,4 @@
-"""rl/samplers.py: the factory picks the sampler the flags name, the hybrid engine is told by its DeepSpeed class,
+"""rl/rollout/samplers.py: the factory picks the sampler the flags name, the hybrid engine is told by its DeepSpeed class,
 and an idle rank joins (or skips) the others' generate as lockstep requires."""
 import argparse
 from types import SimpleNamespace
@@ -7,8 +7,8 @@ import pytest
 import torch
 from deepspeed.runtime.hybrid_engine import DeepSpeedHybridEngine
 
-from rl.engine import hybrid_engine_active
-from rl.samplers import (DecodeLoopSampler, HFGenerateSampler, HybridEngineSampler, SamplingSettings, VLLMSampler,
+from rl.engine.actor import hybrid_engine_active
+from rl.rollout.samplers import (DecodeLoopSampler, HFGenerateSampler, HybridEngineSampler, SamplingSettings, VLLMSampler,
                          make_sampler, sampler_class)
 
 
@@ -60,9 +60,9 @@ def test_settings_are_read_from_the_flags():
 
 @pytest.mark.parametrize("loop", ["credo", "hf_generate"])
 def test_a_fixed_seed_gives_the_same_sampled_tokens_as_the_decode_code_itself(loop):
-    """A sampler adds no randomness of its own: under one seed it draws what rl/decode.py (or HF generate) draws."""
-    from rl.decode import sample_batch
-    from rl.tokens import left_pad, response_mask_from_ids
+    """A sampler adds no randomness of its own: under one seed it draws what rl/rollout/decode.py (or HF generate) draws."""
+    from rl.rollout.decode import sample_batch
+    from rl.rollout.tokens import left_pad, response_mask_from_ids
     model = tiny_llama()
     contexts = [[5, 6, 7, 8], [9, 10], [11, 12, 13]]
     sampler = make_sampler(flags(decode_loop=loop), model, TOKENIZER)

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 def zero3(tiny_model_dir):
     with one_rank_process_group():
         from rl.config import parse_args
-        from rl.engine import EngineSettings, build_actor
+        from rl.engine.actor import EngineSettings, build_actor
         args = parse_args(["--model_name_or_path", tiny_model_dir, "--env", "tests.fixture_envs:DigitFractionEnv",
                            "--output_dir", "unused", "--actor_zero_stage", "3", "--max_answer_seq_len", "8"])
         actor = build_actor(EngineSettings.from_args(args), 1, 10)
@@ -40,8 +40,8 @@ def test_a_zero3_actor_samples_what_the_plain_model_samples_under_one_seed(zero3
     from transformers import AutoModelForCausalLM
     from transformers.integrations import deepspeed as hf_deepspeed
 
-    from rl.models import load_tokenizer
-    from rl.samplers import make_sampler
+    from rl.engine.models import load_tokenizer
+    from rl.rollout.samplers import make_sampler
     args, actor = zero3
     args.decode_loop = loop
     tok = load_tokenizer(tiny_model_dir)
@@ -66,8 +66,8 @@ def test_the_actor_trains_on_its_partitions_after_generating(zero3, tiny_model_d
     """Generation detached ZeRO's per-module hooks; without them back, the forward would see empty partitions."""
     from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
 
-    from rl.models import load_tokenizer
-    from rl.samplers import make_sampler
+    from rl.engine.models import load_tokenizer
+    from rl.rollout.samplers import make_sampler
     args, actor = zero3
     tok = load_tokenizer(tiny_model_dir)
     make_sampler(args, actor, tok).generate(turn_contexts(tok), {})

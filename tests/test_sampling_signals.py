@@ -1,4 +1,4 @@
-"""rl/sampling_signals.py: what the decode loop records while it samples (log-probs, entropy, the last hidden state)
+"""rl/rollout/sampling_signals.py: what the decode loop records while it samples (log-probs, entropy, the last hidden state)
 equals what the no-grad forwards it replaces compute, so TCPO's surprisal and MAESTRO's `ent` / Conductor input
 need no forward of their own and their maths is unchanged."""
 import argparse
@@ -8,13 +8,13 @@ import torch
 
 from rewards.policy_rewards import PolicyRewards, PolicyRewardSettings
 from rewards.policy_signals import entropy_and_last_hidden
-from rl.batching import batched_response_logprobs
-from rl.counterfactual import counterfactuals, turn_surprisal
-from rl.decode import sample_batch, sample_batch_with_signals
-from rl.episodes import run_episodes
-from rl.models import load_tokenizer
-from rl.samplers import make_sampler
-from rl.tokens import left_pad
+from rl.update.batching import batched_response_logprobs
+from rl.methods.tcpo_counterfactuals import counterfactuals, turn_surprisal
+from rl.rollout.decode import sample_batch, sample_batch_with_signals
+from rl.rollout.episodes import run_episodes
+from rl.engine.models import load_tokenizer
+from rl.rollout.samplers import make_sampler
+from rl.rollout.tokens import left_pad
 from tests.fixture_envs import DigitFractionEnv
 
 TEMPERATURE = 0.7
@@ -172,8 +172,8 @@ def test_samplers_without_a_decode_loop_record_nothing_and_consumers_fall_back(t
 def test_signals_that_no_longer_match_the_rollout_are_refused_not_misread(tiny):
     """Code that drops rows of a rollout (e.g. filtering constant groups) without its signals would credit one
     trajectory with another's surprisal: the consumers refuse it by name; SamplingSignals.select keeps them aligned."""
-    from rl.counterfactual import rollout_logprobs
-    from rl.sampling_signals import checked_signals
+    from rl.methods.tcpo_counterfactuals import rollout_logprobs
+    from rl.rollout.sampling_signals import checked_signals
     model, tok = tiny
     batch = play(model, tok, {"logp", "entropy", "hidden"}, seed=3, groups=2, group_size=2)
     full = batch.signals
@@ -196,7 +196,7 @@ def test_signals_that_no_longer_match_the_rollout_are_refused_not_misread(tiny):
 def test_tcpo_surprisal_uses_vllms_log_probs_without_a_forward():
     """With --rollout_backend vllm the rollout has no decode-loop signals but carries vLLM's own log-probs of its
     tokens: TCPO's surprisal reads those instead of a no-grad forward of the actor (none is given here to run)."""
-    from rl.counterfactual import rollout_logprobs
+    from rl.methods.tcpo_counterfactuals import rollout_logprobs
     from rl.types import Rollout
     logp = -torch.rand(3, 5)
     batch = Rollout(input_ids=torch.zeros(3, 7, dtype=torch.long), attention_mask=torch.ones(3, 7, dtype=torch.long),

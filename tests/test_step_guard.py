@@ -1,11 +1,11 @@
-"""rl/step_guard.py on a real torch module and optimizer (one process: the collectives are the identity)."""
+"""rl/update/step_guard.py on a real torch module and optimizer (one process: the collectives are the identity)."""
 import math
 
 import pytest
 import torch
 
 from rl.errors import TrainingAborted
-from rl.step_guard import StepGuard
+from rl.update.step_guard import StepGuard
 
 
 def guard(max_bad_steps=3, zero_stage=3):

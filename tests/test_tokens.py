@@ -1,7 +1,7 @@
-"""rl/tokens.py: EOS masks and chat-template prompt encoding."""
+"""rl/rollout/tokens.py: EOS masks and chat-template prompt encoding."""
 import torch
 
-from rl.tokens import encode_prompts, response_mask_from_ids
+from rl.rollout.tokens import encode_prompts, response_mask_from_ids
 
 
 def test_response_mask_keeps_tokens_through_the_first_eos():
@@ -11,7 +11,7 @@ def test_response_mask_keeps_tokens_through_the_first_eos():
 
 
 def test_prompts_are_left_padded_chat_encodings(tiny_model_dir):
-    from rl.models import load_tokenizer
+    from rl.engine.models import load_tokenizer
     tok = load_tokenizer(tiny_model_dir)
     ids, mask = encode_prompts(tok, [[{"role": "user", "content": "1+1?"}], [{"role": "user", "content": "10+10?"}]], 64)
     assert ids.shape == mask.shape and mask[0, 0] == 0 and mask[1].all()

@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from rl.metrics import read_metrics
+from rl.log.metrics import read_metrics
 from tests.helpers import free_port, run_train
 
 pytestmark = pytest.mark.slow
@@ -118,7 +118,7 @@ def test_hybrid_engine_flag_on_cpu_warns_once_and_falls_back(tiny_model_dir, tmp
 
 
 def test_one_rank_stage_0_default_takes_the_steps_one_rank_zero3_takes(tiny_model_dir, tmp_path):
-    """One process defaults to ZeRO stage 0 (rl/zero_config.py) for speed only: the same seed gives the same loss,
+    """One process defaults to ZeRO stage 0 (rl/engine/zero_config.py) for speed only: the same seed gives the same loss,
     gradient norm and weights as an explicit --actor_zero_stage 3 (up to float rounding of ZeRO-3's gradient path)."""
     runs = {}
     for stage in ("default", "3"):

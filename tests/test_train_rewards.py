@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from rl.checkpoint import latest_checkpoint
-from rl.metrics import read_metrics
+from rl.run.checkpoint import latest_checkpoint
+from rl.log.metrics import read_metrics
 from tests.helpers import REPO_ROOT, run_train
 from tests.test_train_deepspeed import TINY_RUN, assert_ok
 

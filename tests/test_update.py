@@ -1,4 +1,4 @@
-"""rl/update.py on real DeepSpeed stage-0 engines (tiny Llama, one process, lr 0 so every update sees the same
+"""rl/update/ppo.py on real DeepSpeed stage-0 engines (tiny Llama, one process, lr 0 so every update sees the same
 weights): the step's gradient is the global batch's whatever the micro-batch size, and the sampler's log-probs
 are measured and, under --vllm_is_correction tis, reweight the loss."""
 import math
@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from rl.step_guard import StepGuard
+from rl.update.step_guard import StepGuard
 from rl.types import Rollout
-from rl.update import LossSettings, ppo_update
+from rl.update.ppo import LossSettings, ppo_update
 from tests.helpers import one_rank_process_group
 
 pytestmark = pytest.mark.slow
@@ -88,7 +88,7 @@ def test_sampler_logprobs_are_measured_and_tis_reweights_the_loss(engines):
 
 
 def update_logp(engine) -> torch.Tensor:
-    from rl.batching import batched_response_logprobs
+    from rl.update.batching import batched_response_logprobs
     batch = rollout_batch()
     return batched_response_logprobs(engine, batch.input_ids, batch.attention_mask, P, 1.0, 2)
 

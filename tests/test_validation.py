@@ -1,4 +1,4 @@
-"""Validation during training (--eval_steps, rl/validation.py): eval/ metrics at the right steps, equal to what
+"""Validation during training (--eval_steps, rl/eval/validation.py): eval/ metrics at the right steps, equal to what
 eval.py reports for the model of that step, on every rank count, without changing the training itself."""
 import os
 
@@ -6,8 +6,8 @@ import pytest
 
 import eval as eval_cli
 from rl.config import parse_args
-from rl.metrics import read_metrics
-from rl.validation import PeriodicValidation, rank_shard
+from rl.log.metrics import read_metrics
+from rl.eval.validation import PeriodicValidation, rank_shard
 from tests.helpers import default_args, run_train
 
 FIXTURE_ENV = "tests.fixture_envs:DigitFractionEnv"
@@ -41,7 +41,7 @@ def test_bad_validation_flags_are_refused_at_parse_time(tiny_model_dir, flags, m
 def test_validation_metrics_are_eval_py_metrics_of_the_same_model(tiny_model_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from rl.models import load_tokenizer
+    from rl.engine.models import load_tokenizer
     args = default_args(env=FIXTURE_ENV, eval_steps=1, eval_limit=6, max_answer_seq_len=12)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     got = PeriodicValidation(args, model, load_tokenizer(tiny_model_dir), 1).after_step(1)
@@ -55,7 +55,7 @@ def test_validation_metrics_are_eval_py_metrics_of_the_same_model(tiny_model_dir
 def test_sampled_validation_is_eval_py_at_the_same_n_temperature_and_seed(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
-    from rl.models import load_tokenizer
+    from rl.engine.models import load_tokenizer
     args = default_args(env=FIXTURE_ENV, eval_steps=1, eval_limit=4, eval_n=4, eval_temperature=1.0,
                         max_answer_seq_len=12, seed=3)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
@@ -69,7 +69,7 @@ def test_sampled_validation_is_eval_py_at_the_same_n_temperature_and_seed(tiny_m
 
 
 def test_pass_at_k_is_logged_for_powers_of_two_up_to_n():
-    from rl.validation import eval_ks
+    from rl.eval.validation import eval_ks
     assert [eval_ks(n) for n in (1, 2, 6, 8)] == [[1], [1, 2], [1, 2, 4, 6], [1, 2, 4, 8]]
 
 

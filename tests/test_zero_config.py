@@ -1,10 +1,10 @@
-"""rl/zero_config.py: the default ZeRO stage by world size, and one-rank ZeRO-3, which keeps its parameters gathered
+"""rl/engine/zero_config.py: the default ZeRO stage by world size, and one-rank ZeRO-3, which keeps its parameters gathered
 between optimizer steps and trains exactly as stage 0 and as the per-layer-gathering knobs did (a real DeepSpeed
 engine on a tiny Llama, one process)."""
 import pytest
 import torch
 
-from rl.zero_config import MULTI_RANK_ZERO3, zero3_parameter_knobs
+from rl.engine.zero_config import MULTI_RANK_ZERO3, zero3_parameter_knobs
 from tests.helpers import build_tiny_model, one_rank_process_group
 
 STEPS, ACCUMULATION = 3, 2
@@ -19,7 +19,7 @@ def model_dir(tmp_path_factory):
 
 def _actor(model_dir, stage):
     from rl.config import parse_args
-    from rl.engine import EngineSettings, build_actor
+    from rl.engine.actor import EngineSettings, build_actor
     args = parse_args(["--model_name_or_path", model_dir, "--env", "tests.fixture_envs:DigitFractionEnv",
                        "--output_dir", "unused", "--actor_zero_stage", str(stage), "--dtype", "fp32",
                        "--per_device_generation_batch_size", "2", "--num_generations", "2",
@@ -48,7 +48,7 @@ def _train(engine, on_micro_batch=None):
 def runs(model_dir):
     """Per-micro-batch losses of stage 0, one-rank stage 3, and stage 3 with the multi-rank (per-layer gathering)
     knobs, plus whether every parameter was gathered after each non-final micro-batch's backward."""
-    import rl.engine
+    import rl.engine.actor
     from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
     out = {"gathered": {}}
 
@@ -62,12 +62,12 @@ def runs(model_dir):
     with one_rank_process_group():
         out["stage0"] = _train(_actor(model_dir, 0))
         out["stage3"] = _train(_actor(model_dir, 3), record_gathered("stage3"))
-        original = rl.engine.zero3_parameter_knobs
-        rl.engine.zero3_parameter_knobs = lambda world_size: dict(MULTI_RANK_ZERO3)
+        original = rl.engine.actor.zero3_parameter_knobs
+        rl.engine.actor.zero3_parameter_knobs = lambda world_size: dict(MULTI_RANK_ZERO3)
         try:
             out["stage3_per_layer"] = _train(_actor(model_dir, 3), record_gathered("stage3_per_layer"))
         finally:
-            rl.engine.zero3_parameter_knobs = original
+            rl.engine.actor.zero3_parameter_knobs = original
     return out
 
 
@@ -98,7 +98,7 @@ def test_the_default_zero_stage_is_0_in_one_process_and_3_on_several_ranks_or_wi
                                                                                             stage):
     from types import SimpleNamespace
 
-    from rl.zero_config import resolve_zero_stage
+    from rl.engine.zero_config import resolve_zero_stage
     args = SimpleNamespace(actor_zero_stage=None, offload=offload)
     resolve_zero_stage(args, {"WORLD_SIZE": world_size})
     assert args.actor_zero_stage == stage
@@ -107,7 +107,7 @@ def test_the_default_zero_stage_is_0_in_one_process_and_3_on_several_ranks_or_wi
 def test_an_explicit_zero_stage_is_kept_on_one_rank():
     from types import SimpleNamespace
 
-    from rl.zero_config import resolve_zero_stage
+    from rl.engine.zero_config import resolve_zero_stage
     args = SimpleNamespace(actor_zero_stage=3, offload=False)
     resolve_zero_stage(args, {"WORLD_SIZE": "1"})
     assert args.actor_zero_stage == 3

@@ -15,7 +15,7 @@ Each step: B prompts (half of each kind) x G responses; the rewards [N, 4] go th
 `rl.advantages.maestro` (w(a) = (1 - eta)/K + eta onehot(a), eta = 0.5, then GRPO) on the channels' own scales
 (reward_scale "none", as when this testbed was recorded: `context` wins kind A because its level is highest there,
 the mechanism benchmarks/mechanisms/maestro_scales.py measures); the actor takes a REINFORCE
-step on those advantages; the Conductor is credo's own `rl.conductor.ConductorLearner`, driven without a model
+step on those advantages; the Conductor is credo's own `rl.methods.maestro_conductor.ConductorLearner`, driven without a model
 (act on h, record (h, a, A)). Arms, same seeds:
 - `conductor`: the small-run recipe (credo's reading, issue 19 item 2): h one-hot (|h|_1 = 1), lr 0.05, an update
   every step (M = 1);
@@ -36,7 +36,7 @@ from benchmarks.mechanisms.paired import (PAIRED_HEADER, failure_probability, fo
                                           paired)
 from benchmarks.mechanisms.report import environment, testbed_main
 from rl.advantages import maestro
-from rl.conductor import ConductorLearner
+from rl.methods.maestro_conductor import ConductorLearner
 
 
 CHANNELS = ("verifier_A", "verifier_B", "noise", "context")

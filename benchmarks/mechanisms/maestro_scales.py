@@ -14,7 +14,7 @@ Perturbations of reward_2's scale (the information is unchanged, only its offset
 `none` (as given; what the issue-19 sweep did) and `batch_rank` (credo's reading, --maestro_reward_scale's default).
 Every arm uses credo's own `rl.advantages.maestro` (w(a) = (1 - eta)/K + eta onehot(a), eta 0.5, then GRPO with its
 group std scaling, the sweep's default; the condition `stretch, no std` uses --scale_rewards none, Dr.GRPO) and
-`rl.conductor.ConductorLearner` (lr 0.05, an update every step, entropy 1e-3: the small-run recipe's M = 1 with the
+`rl.methods.maestro_conductor.ConductorLearner` (lr 0.05, an update every step, entropy 1e-3: the small-run recipe's M = 1 with the
 existing bandit's lr). Same seeds in every arm.
 
 Deciding metrics, fixed before the first run: after `steps` steps, per arm, (1) kind separation, the L1 distance
@@ -36,7 +36,7 @@ from benchmarks.mechanisms.paired import PAIRED_HEADER, format_paired_row, paire
 from benchmarks.mechanisms.report import environment, testbed_main
 from rl.advantages import maestro
 from rl.advantages.maestro import scale_rewards
-from rl.conductor import ConductorLearner
+from rl.methods.maestro_conductor import ConductorLearner
 
 KINDS = ("A", "B")
 REWARDS = ("reward_1", "reward_2")

@@ -16,7 +16,7 @@ emphasis: reward_2 ~ Uniform(0, 1) (continuous, like a group-ranked ppl or ent);
     rare:     Bernoulli(0.15)                    (fmt early in the sweep: raw fmt 0.06-0.16 over steps 1-8)
     ceiling:  min(1, Uniform(0, 1) / 0.4)        (60% tied at 1: len once most responses are short)
 Both rewards are put on one scale by batch_rank (credo's default), so both have batch mean 0.5 in every arm. Every arm
-uses credo's own `rl.advantages.maestro` (eta 0.5) and `rl.conductor.ConductorLearner` with maestro_scales's setup
+uses credo's own `rl.advantages.maestro` (eta 0.5) and `rl.methods.maestro_conductor.ConductorLearner` with maestro_scales's setup
 (lr 0.05, an update every step, entropy 1e-3, 8 groups of 4, 150 steps), GRPO's std scaling on (`group`, the sweep's
 default) or off (`none`, Dr.GRPO: the level formula exact). Same seeds in every arm.
 

@@ -38,7 +38,7 @@ from benchmarks.mechanisms.paired import (PAIRED_HEADER, failure_probability, fo
                                           paired)
 from benchmarks.mechanisms.report import environment, testbed_main
 from rl.advantages import grpo, mt_grpo, tcpo
-from rl.advantages.tcpo import eligible_turns  # what rl.counterfactual.candidate_turns selects
+from rl.advantages.tcpo import eligible_turns  # what rl.methods.tcpo_counterfactuals.candidate_turns selects
 
 
 U, UP, S = 0, 1, 2
@@ -64,8 +64,8 @@ CF = {"budget": 5, "samples": 4}  # train.py's defaults: --tcpo_cf_budget 5 (top
 
 
 def fixed_history_counterfactuals(s, a, r, pi, setup, gen) -> torch.Tensor:
-    """credo's counterfactual step (rl/counterfactual.py) on the tabular task: among the turns
-    rl.counterfactual.candidate_turns selects (TCPO's eligible turns: non-improving and before success), the CF["budget"] most surprising (-log pi(a | s), the one-token
+    """credo's counterfactual step (rl/methods/tcpo_counterfactuals.py) on the tabular task: among the turns
+    rl.methods.tcpo_counterfactuals.candidate_turns selects (TCPO's eligible turns: non-improving and before success), the CF["budget"] most surprising (-log pi(a | s), the one-token
     analogue of the turn's mean NLL) get CF["samples"] alternatives drawn from pi(. | s) in the same state;
     cf = r - mean(alternative scores), NaN where the alternatives all scored the same or the turn was not chosen.
     """

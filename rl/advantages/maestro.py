@@ -1,6 +1,6 @@
 """MAESTRO: per-response reward mixing chosen by a learned Conductor, then the GRPO group advantage.
 
-The Conductor itself (a policy over reward-emphasis actions, trained by REINFORCE) lives in rl/conductor.py and the
+The Conductor itself (a policy over reward-emphasis actions, trained by REINFORCE) lives in rl/methods/maestro_conductor.py and the
 training-step glue in rl/methods/maestro.py; this module is the pure maths of one step.
 
 What the paper specifies: a discrete reward-emphasis action per response, sampled from pi(. | h), that induces the

@@ -23,7 +23,7 @@ reading, each a flag, and so is every choice both issues are silent on (marked "
   hindsight is credo's reading.
 - eligible turns for the delayed credit: non-improving (d <= 0) and before success (m < tau), #4 step 3; #18 item 3
   restates it for the counterfactual candidates ("eligible turns (non-improving and before success), as the paper
-  defines them"). The hindsight peers and the counterfactual candidates (rl/counterfactual.py) are eligible turns
+  defines them"). The hindsight peers and the counterfactual candidates (rl/methods/tcpo_counterfactuals.py) are eligible turns
   only, and a counterfactual passed for any other turn is ignored.
 - hindsight with peers: #4 step 3. Counterfactual mix (--tcpo_cf_mix 0.5): #4 step 4.
 - (prompt, turn) normalisation and the early-turn prior (--tcpo_gamma 0.9): #4 step 5.

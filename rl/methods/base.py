@@ -18,7 +18,7 @@ class StepContext:
     actor: object                 # the DeepSpeed engine of the policy
     tokenizer: object
     reference: object = None      # the frozen reference engine (None when --beta 0 and no method asked for it)
-    sampler: object = None        # the rollout's rl.samplers.Sampler (TCPO's counterfactuals generate with it)
+    sampler: object = None        # the rollout's rl.rollout.samplers.Sampler (TCPO's counterfactuals generate with it)
     score_alternative: object = None  # (env, text) -> the score text would get at env's current turn, or None
     rank: int = 0
     world: int = 1
@@ -64,7 +64,7 @@ class Method:
 
     def sampling_signals(self) -> frozenset:
         """What the sampling pass records for this method's hooks instead of a forward of their own
-        (rl/sampling_signals.py: "logp", "entropy", "hidden"); none by default."""
+        (rl/rollout/sampling_signals.py: "logp", "entropy", "hidden"); none by default."""
         return frozenset()
 
     def after_score(self, batch: Rollout, timings: dict) -> dict:

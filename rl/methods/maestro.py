@@ -27,10 +27,10 @@ from dataclasses import dataclass
 
 import torch
 
-from rl import dist
+from rl.engine import dist
 from rl.advantages.grpo import grpo
 from rl.advantages.maestro import REWARD_SCALES, emphasis_weights, mixed_reward, scale_rewards
-from rl.conductor import HIDDEN_NORMS, RECIPES, ConductorLearner
+from rl.methods.maestro_conductor import HIDDEN_NORMS, RECIPES, ConductorLearner
 from rl.methods.base import Method
 
 logger = logging.getLogger(__name__)
@@ -183,8 +183,8 @@ class Maestro(Method):
         """Per-response mean KL(policy || reference) over its tokens (--kl_type estimator). Tensor[n] on CPU.
 
         The reference log-probs are kept on the batch, so the loss does not compute them a second time."""
-        from rl.batching import batched_response_logprobs
-        from rl.loss import kl_penalty
+        from rl.update.batching import batched_response_logprobs
+        from rl.update.loss import kl_penalty
         ctx, a = self.ctx, self.args
         micro = a.per_device_train_micro_batch_size
         ctx.actor.eval()

@@ -1,6 +1,6 @@
 """TCPO: turn-level credit from verifier score histories (retrospective improvement, preservation and regression
 terms, hindsight / fixed-history counterfactuals, an early-turn prior). The maths: rl/advantages/tcpo.py; the
-counterfactual sampling of the most surprising non-improving turns: rl/counterfactual.py."""
+counterfactual sampling of the most surprising non-improving turns: rl/methods/tcpo_counterfactuals.py."""
 from dataclasses import dataclass
 
 import torch
@@ -65,7 +65,7 @@ class TCPO(Method):
     def after_score(self, batch, timings):
         """Fixed-history counterfactuals for the most surprising non-improving turns, as batch.extras
         ["counterfactual"] Tensor[n, T] (NaN = none)."""
-        from rl.counterfactual import counterfactuals  # imported here: it pulls in the generation code
+        from rl.methods.tcpo_counterfactuals import counterfactuals  # imported here: it pulls in the generation code
         ctx = self.ctx
         cf, count = counterfactuals(ctx.actor, ctx.sampler, ctx.tokenizer, batch, ctx.score_alternative, self.args,
                                     timings)

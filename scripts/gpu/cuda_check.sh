@@ -2,8 +2,8 @@
 # The CUDA checks CPU cannot make, in one short run (a few minutes) on a lent GPU machine that has torch (CUDA) and
 # transformers but no DeepSpeed, no vLLM and no network. Nothing is downloaded: DeepSpeed comes along as wheels.
 #   1. a tiny random Llama built in code (tests/helpers.py) through train.py: ZeRO-3, bf16, 2 steps, with a reference;
-#   2. --enable_hybrid_engine on that Llama: one warning that rl/engine.py refuses it, then gather-and-generate;
-#   3. rl/dist.py on a one-rank NCCL group: every collective gets the GPU tensor, results come back on the caller's
+#   2. --enable_hybrid_engine on that Llama: one warning that rl/engine/actor.py refuses it, then gather-and-generate;
+#   3. rl/engine/dist.py on a one-rank NCCL group: every collective gets the GPU tensor, results come back on the caller's
 #      device (scripts/gpu/dist_probe.py).
 #   4. --offload under ZeRO-3 at --dtype auto (bf16 on CUDA): DeepSpeedCPUAdam built there, 2 steps;
 #   5. --lora_r 4 --gradient_checkpointing under ZeRO-3, bf16, 2 steps;
@@ -207,7 +207,7 @@ collectives_on_the_gpu() {
 check zero3_bf16 "train.py, tiny random Llama, ZeRO-3 ($DTYPE), beta 0.05 (a ZeRO-3 reference), 2 steps" zero3_two_steps
 check hybrid_engine "--enable_hybrid_engine on the Llama: one warning naming the refusal, then the HF fallback" \
   hybrid_engine_refused
-check dist_probe "rl/dist.py on a one-rank process group (checks in dist_probe.json)" collectives_on_the_gpu
+check dist_probe "rl/engine/dist.py on a one-rank process group (checks in dist_probe.json)" collectives_on_the_gpu
 check offload "train.py --offload --dtype auto, ZeRO-3, 2 steps (the optimizer on the CPU)" offload_two_steps
 check lora_gc "train.py --lora_r 4 --gradient_checkpointing, ZeRO-3 ($DTYPE), beta 0.05, 2 steps" \
   lora_checkpointing_two_steps

@@ -1,4 +1,4 @@
-"""Where rl/dist.py's collectives run, on a real process group (run by scripts/gpu/cuda_check.sh under the deepspeed
+"""Where rl/engine/dist.py's collectives run, on a real process group (run by scripts/gpu/cuda_check.sh under the deepspeed
 launcher, one rank). Writes a JSON record to --out; exits 1 when a check fails.
 
 On CUDA DeepSpeed's group is NCCL only: a CPU tensor handed straight to its collective raises (the old helpers did
@@ -13,7 +13,7 @@ import sys
 import deepspeed.comm as dscomm
 import torch
 
-from rl import dist
+from rl.engine import dist
 
 
 def record_collectives(seen):

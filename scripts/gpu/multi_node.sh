@@ -56,7 +56,7 @@ cpu_dry_run() {
                                               n += 0; if (cap > 0 && n > cap) n = cap; total += n }
                                             END { print total + 0 }')
   [ "${ranks:-0}" -gt 0 ] || { echo "multi_node --cpu_dry_run: $hostfile lists no node" >&2; return 2; }
-  # All nodes share this machine's cores; each rank would otherwise take cores / its node's ranks (rl/engine.py).
+  # All nodes share this machine's cores; each rank would otherwise take cores / its node's ranks (rl/engine/actor.py).
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / ranks > 0 ? $(nproc) / ranks : 1 ))}
   local pids=() k
   for ((k = 0; k < nodes; k++)); do

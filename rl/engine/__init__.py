@@ -1,0 +1,1 @@
+"""The engine: the DeepSpeed actor and reference, ZeRO config, LoRA, the hardware probe, collectives, model loading."""

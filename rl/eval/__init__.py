@@ -1,0 +1,1 @@
+"""Evaluation: eval.py's core (pass@k over episodes), validation during training, the pairwise judge."""

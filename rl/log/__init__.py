@@ -1,0 +1,1 @@
+"""Logging: step metrics, their backends (console, JSONL, TensorBoard, wandb), completions, env and refinement metrics."""

@@ -1,0 +1,178 @@
+"""Where step metrics go (--report_to, TRL's name): one small class per backend, all fed by rl.log.metrics.MetricsLogger
+on rank 0 only (the other ranks build none).
+
+- jsonl: OUTPUT_DIR/metrics.jsonl (one strict-JSON object per step) and completions.jsonl; the default, as before
+  --report_to existed.
+- tensorboard: event files in --tensorboard_path (default OUTPUT_DIR/tensorboard); DeepSpeed-Chat's
+  --enable_tensorboard adds it to whatever --report_to names.
+- wandb: Weights & Biases, optional (requirements-wandb.txt). `WANDB_MODE=offline` writes the run under
+  OUTPUT_DIR/wandb without a network, for `wandb sync` later; the run id is kept in OUTPUT_DIR/wandb_run_id so a
+  resumed run continues the same W&B run.
+- none: no metrics files (the console line stays).
+"""
+import json
+import math
+import os
+import uuid
+from dataclasses import dataclass, field
+
+from rl.log.metrics import read_metrics, to_json_line
+
+REPORT_TO_CHOICES = ("jsonl", "tensorboard", "wandb", "none")
+WANDB_ID_FILE = "wandb_run_id"
+
+
+def add_logger_flags(p):
+    g = p.add_argument_group("loggers (rank 0 only)")
+    g.add_argument("--report_to", default="jsonl",
+                   help="comma list of metric loggers: jsonl (OUTPUT_DIR/metrics.jsonl, completions.jsonl), "
+                        "tensorboard, wandb (pip install -r requirements-wandb.txt; WANDB_MODE=offline needs no "
+                        "network), or none (TRL's report_to); default jsonl. --enable_tensorboard adds tensorboard")
+    g.add_argument("--wandb_project", default=None,
+                   help="W&B project; default $WANDB_PROJECT, else credo")
+    g.add_argument("--wandb_run_name", default=None, help="W&B run name; default the name of OUTPUT_DIR")
+
+
+def report_backends(report_to: str, enable_tensorboard: bool) -> tuple:
+    """The logger names, in a fixed order, from --report_to and --enable_tensorboard. Raises ValueError naming the
+    bad value. Pure function."""
+    names = [n.strip() for n in report_to.split(",") if n.strip()]
+    unknown = [n for n in names if n not in REPORT_TO_CHOICES]
+    if unknown or not names:
+        raise ValueError(f"--report_to {report_to!r}: unknown logger {', '.join(unknown) or '(empty)'}; choose a "
+                         f"comma list of {', '.join(REPORT_TO_CHOICES)}")
+    if "none" in names:
+        if len(set(names)) > 1 or enable_tensorboard:
+            raise ValueError(f"--report_to {report_to!r}: none cannot be combined with another logger"
+                             + (" (or --enable_tensorboard)" if enable_tensorboard else ""))
+        return ()
+    if enable_tensorboard:
+        names.append("tensorboard")
+    return tuple(n for n in REPORT_TO_CHOICES if n in names)
+
+
+def validate_loggers(args, bad):
+    """Parse-time checks: known names, TensorBoard's folder only with TensorBoard, wandb installed."""
+    try:
+        backends = report_backends(args.report_to, args.enable_tensorboard)
+    except ValueError as exc:
+        bad(str(exc))
+    if args.tensorboard_path is not None and "tensorboard" not in backends:
+        bad("--tensorboard_path is set but TensorBoard is off: add --enable_tensorboard or --report_to tensorboard")
+    if "wandb" in backends:
+        try:
+            import wandb  # noqa: F401
+        except ImportError:
+            bad("--report_to wandb: the wandb package is not installed; pip install -r requirements-wandb.txt, or "
+                "drop wandb from --report_to")
+
+
+@dataclass(frozen=True)
+class WandbSettings:
+    project: str = None     # --wandb_project (None: $WANDB_PROJECT, else credo)
+    run_name: str = None    # --wandb_run_name (None: the output folder's name)
+    config: dict = field(default_factory=dict)  # the run's flags, shown as the W&B run config
+
+    @classmethod
+    def from_args(cls, args) -> "WandbSettings":
+        from rl.run.saved_config import plain_flags
+        return cls(project=args.wandb_project, run_name=args.wandb_run_name, config=plain_flags(args))
+
+
+def _scalars(record: dict):
+    """(name, value) of the finite numbers of a step record (step excluded): what TensorBoard and W&B plot."""
+    return [(k, v) for k, v in record.items()
+            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
+
+
+class JsonlLogger:
+    def __init__(self, output_dir: str, start_step: int):
+        """Lines of steps after start_step (left by a run that died after its last checkpoint) are dropped, so no
+        step appears twice when the resumed run logs them again."""
+        self.path = os.path.join(output_dir, "metrics.jsonl")
+        self.completions_path = os.path.join(output_dir, "completions.jsonl")
+        for path in (self.path, self.completions_path):
+            if os.path.exists(path):
+                kept = [r for r in read_metrics(path) if r["step"] <= start_step]
+                with open(path, "w") as f:
+                    f.writelines(to_json_line(r) for r in kept)
+
+    def log(self, step: int, record: dict):
+        with open(self.path, "a") as f:
+            f.write(to_json_line(record))
+
+    def log_completions(self, step: int, records: list):
+        with open(self.completions_path, "a") as f:
+            f.writelines(to_json_line({"step": step, **r}) for r in records)
+
+    def close(self):
+        pass
+
+
+class TensorBoardLogger:
+    def __init__(self, path: str):
+        from torch.utils.tensorboard import SummaryWriter
+        self.writer = SummaryWriter(path)
+
+    def log(self, step: int, record: dict):
+        for k, v in _scalars(record):
+            self.writer.add_scalar(k, v, step)
+        self.writer.flush()
+
+    def log_completions(self, step: int, records: list):
+        from rl.log.completions import markdown_table
+        self.writer.add_text("completions", markdown_table(records), step)
+        self.writer.flush()
+
+    def close(self):
+        self.writer.close()
+
+
+class WandbLogger:
+    """One W&B run per output folder. Online or offline as wandb itself decides (WANDB_MODE, `wandb login`)."""
+
+    def __init__(self, output_dir: str, start_step: int, settings: WandbSettings):
+        import wandb
+        id_path = os.path.join(output_dir, WANDB_ID_FILE)
+        run_id = None
+        if start_step > 0 and os.path.exists(id_path):  # a resumed run continues its W&B run
+            with open(id_path) as f:
+                run_id = f.read().strip() or None
+        run_id = run_id or uuid.uuid4().hex[:8]  # W&B's own id form: 8 lowercase letters and digits
+        with open(id_path, "w") as f:
+            f.write(run_id + "\n")
+        try:
+            self.run = wandb.init(project=settings.project or os.environ.get("WANDB_PROJECT") or "credo",
+                                  name=settings.run_name or os.path.basename(os.path.abspath(output_dir)),
+                                  id=run_id, resume="allow", dir=output_dir, config=settings.config)
+        except Exception as exc:  # noqa: BLE001  (wandb raises its own UsageError / CommError kinds)
+            raise SystemExit(f"train.py: error: --report_to wandb: wandb.init failed: {exc}. Without a network or a "
+                             f"`wandb login`, set WANDB_MODE=offline (the run is written under {output_dir}/wandb "
+                             f"for `wandb sync`)") from None
+
+    def log(self, step: int, record: dict):
+        self.run.log(dict(_scalars(record)), step=step)
+
+    def log_completions(self, step: int, records: list):
+        import wandb
+        columns = list(records[0])
+        rows = [[json.dumps(r.get(c)) if isinstance(r.get(c), (dict, list)) else r.get(c) for c in columns]
+                for r in records]
+        self.run.log({"completions": wandb.Table(columns=columns, data=rows)}, step=step)
+
+    def close(self):
+        self.run.finish()
+
+
+def build_loggers(backends: tuple, output_dir: str, start_step: int, tensorboard_path: str = None,
+                  wandb_settings: WandbSettings = None) -> list:
+    """The logger objects for these backend names (rank 0 calls it; the other ranks log nothing)."""
+    out = []
+    for name in backends:
+        if name == "jsonl":
+            out.append(JsonlLogger(output_dir, start_step))
+        elif name == "tensorboard":
+            out.append(TensorBoardLogger(tensorboard_path or os.path.join(output_dir, "tensorboard")))
+        elif name == "wandb":
+            out.append(WandbLogger(output_dir, start_step, wandb_settings or WandbSettings()))
+    return out

@@ -1,0 +1,125 @@
+"""Training prompts: rows from an env's generator or from --data_path (any format rl/rollout/data_files.py reads), each
+checked for the keys the env needs, served in seeded, resumable order."""
+import logging
+import math
+import random
+from dataclasses import dataclass
+
+from envs import env_class
+from rl.rollout.data_files import DataError, data_paths, read_records
+
+__all__ = ["DataError", "DataSettings", "PromptStream", "check_row", "load_rows", "training_rows"]
+logger = logging.getLogger(__name__)
+
+
+def check_row(location: str, row, required_keys: tuple) -> dict:
+    """`row` if it has every required key (the first, if any, is the prompt: non-empty); else DataError naming the
+    location, the key and the keys the row does have."""
+    if not isinstance(row, dict):
+        raise DataError(f"{location}: expected a JSON object (a row of named fields), got {type(row).__name__}")
+    for key in required_keys:
+        value = row.get(key)
+        if value is None or (isinstance(value, float) and math.isnan(value)):  # NaN: an empty cell of a table
+            has = ", ".join(repr(k) for k in row) or "none"
+            raise DataError(f"{location}: missing key {key!r} (the row has keys: {has}; see --prompt_key / "
+                            f"--answer_key)")
+    if required_keys and not str(row[required_keys[0]]).strip():
+        raise DataError(f"{location}: empty prompt in key {required_keys[0]!r}")
+    return row
+
+
+def load_rows(data_path: str, required_keys: tuple, split: str = "train", skip_bad_rows: bool = False) -> list:
+    """Rows of --data_path (one path or a comma list, mixed in the order given), each checked by `check_row`.
+
+    Raises DataError naming the file, the line (JSONL) or row (other formats) and the key at the first bad row, or
+    with skip_bad_rows drops bad rows and logs how many (and the first few reasons).
+    """
+    rows, bad = [], []
+    for path in data_paths(data_path):
+        for location, row, error in read_records(path, split):
+            try:
+                if error is not None:
+                    raise DataError(f"{location}: {error}")
+                rows.append(check_row(location, row, required_keys))
+            except DataError as exc:
+                if not skip_bad_rows:
+                    raise
+                bad.append(str(exc))
+    if bad:
+        logger.warning("--skip_bad_rows: skipped %d bad row(s) of %s; first: %s", len(bad), data_path,
+                       "; ".join(bad[:3]))
+    if not rows:
+        raise DataError(f"{data_path}: no usable rows" + (f" ({len(bad)} bad)" if bad else ""))
+    return rows
+
+
+def load_jsonl_rows(path: str, required_keys: tuple, skip_bad_rows: bool = False) -> list:
+    """`load_rows` of one path (the name dates from when only JSONL was read; any format works)."""
+    return load_rows(path, required_keys, skip_bad_rows=skip_bad_rows)
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """The flags the training prompts come from (names as on the command line)."""
+    env: str
+    data_path: str          # None: the env generates its own rows
+    data_split: str
+    prompt_key: str
+    answer_key: str
+    skip_bad_rows: bool
+    num_train_samples: int
+    seed: int               # the generator's seed and the order's
+    env_settings: dict      # the env's own flags (Env.settings_from_args), for its `dataset`
+
+    @classmethod
+    def from_args(cls, args) -> "DataSettings":
+        return cls(env=args.env, data_path=args.data_path, data_split=getattr(args, "data_split", "train"),
+                   prompt_key=args.prompt_key, answer_key=args.answer_key, skip_bad_rows=args.skip_bad_rows,
+                   num_train_samples=args.num_train_samples, seed=args.seed,
+                   env_settings=env_class(args.env).settings_from_args(args))
+
+
+def training_rows(settings: DataSettings) -> list:
+    env_cls = env_class(settings.env)
+    if settings.data_path is not None:
+        return load_rows(settings.data_path, env_cls.data_keys(settings.prompt_key, settings.answer_key),
+                         settings.data_split, settings.skip_bad_rows)
+    rows = env_cls.dataset("train", settings.num_train_samples, settings.seed, **settings.env_settings)
+    if rows is None:
+        raise DataError(f"--env {settings.env} generates no data of its own: pass --data_path")
+    return rows
+
+
+class PromptStream:
+    """Global batches of prompts in a seeded order, reshuffled each epoch; position is part of the state.
+
+    Every rank holds the same order and takes its own slice of each global batch, so a step's prompts are
+    disjoint across ranks and group ids (global row positions) are unique.
+    """
+
+    def __init__(self, rows: list, seed: int):
+        self.rows, self.seed = rows, seed
+        self.position = 0  # rows consumed so far, over all epochs
+
+    def _order(self, epoch: int) -> list:
+        if getattr(self, "_cached_epoch", None) != epoch:
+            order = list(range(len(self.rows)))
+            random.Random(self.seed * 100003 + epoch).shuffle(order)
+            self._cached_epoch, self._cached_order = epoch, order
+        return self._cached_order
+
+    def next_batch(self, global_batch: int, rank: int, per_rank: int):
+        """Return (rows for this rank, their global ids) and advance by one global batch."""
+        ids = [self.position + rank * per_rank + i for i in range(per_rank)]
+        n = len(self.rows)
+        picked = [self.rows[self._order(i // n)[i % n]] for i in ids]
+        self.position += global_batch
+        return picked, ids
+
+    def state_dict(self) -> dict:
+        return {"position": self.position, "seed": self.seed, "num_rows": len(self.rows)}
+
+    def load_state_dict(self, state: dict):
+        if state["num_rows"] != len(self.rows):
+            raise DataError(f"resumed data has {len(self.rows)} rows, the checkpoint was trained on {state['num_rows']}")
+        self.position = state["position"]

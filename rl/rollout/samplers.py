@@ -1,0 +1,201 @@
+"""Samplers: what generates a turn's tokens for a batch of contexts. One is built per run (`make_sampler`, from
+--rollout_backend, --decode_loop and the actor --enable_hybrid_engine gave) and handed to whoever generates: the
+episode driver (rl/rollout/episodes.py), TCPO's counterfactuals (rl/methods/tcpo_counterfactuals.py), eval.py.
+
+- DecodeLoopSampler (--decode_loop credo, the default): rl/rollout/decode.py on the actor, ZeRO-3 parameters gathered once.
+- HFGenerateSampler (--decode_loop hf_generate): transformers' `generate` on the same gathered actor.
+- HybridEngineSampler: DeepSpeed's hybrid engine (its inference kernels, CUDA only), through HF `generate`.
+- VLLMSampler (--rollout_backend vllm): a colocated vLLM engine (rl/rollout/vllm/backend.py) fed the actor's weights; the
+  only one that also returns the sampler's own log-probs (for TIS and the mismatch metrics).
+
+`generate_with_signals` also returns what the decode loop recorded per drawn token (rl/rollout/sampling_signals.py: log-probs,
+entropy, the last hidden state) for TCPO's surprisal and MAESTRO's `ent`; the other samplers record none.
+
+The interface takes token lists, not a padded batch: a multi-turn context is a list of tokens growing turn by
+turn, vLLM consumes lists, and padding is a detail of the HF samplers.
+"""
+import time
+from dataclasses import dataclass
+
+from rl.engine import dist
+from rl.rollout.decode import sample_batch_with_signals
+from rl.engine.actor import generation_model, hybrid_engine_active, hybrid_engine_inference
+from rl.rollout.tokens import eos_ids, left_pad, response_mask_from_ids
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """How a turn is sampled: --max_answer_seq_len, --temperature (0 = greedy, evaluation), --top_k (0 = off),
+    --top_p."""
+    max_new_tokens: int
+    temperature: float
+    top_k: int
+    top_p: float
+
+    @classmethod
+    def from_args(cls, args) -> "SamplingSettings":
+        return cls(args.max_answer_seq_len, args.temperature, args.top_k, args.top_p)
+
+
+def engine_lockstep(engine) -> bool:
+    """True when every rank must make the same generate/forward calls: a DeepSpeed engine (ZeRO-3 gathers
+    parameters collectively) on several ranks. A plain module (eval.py, even under the launcher) never waits."""
+    return hasattr(engine, "module") and dist.world_size() > 1
+
+
+class Sampler:
+    """Generates one turn for B contexts with the actor's current weights.
+
+    Attributes read by the callers: `eos_ids` (the ids that end a turn), `device` (where the batch is laid out),
+    `lockstep` (every rank must call `generate` the same number of times, even with no contexts).
+    """
+
+    def __init__(self, engine, tokenizer, settings: SamplingSettings):
+        self.engine, self.settings = engine, settings
+        self.pad_token_id = tokenizer.pad_token_id
+        self.eos_ids = eos_ids(tokenizer, getattr(engine, "module", engine))
+        self.device = engine.device
+        self.lockstep = engine_lockstep(engine)
+
+    def generate(self, contexts: list, timings: dict) -> tuple:
+        """One sampled continuation per context (adds its seconds to timings["gather"] and timings["generate"]).
+
+        Args:
+            contexts: B token lists (prompt and history so far); [] on a rank whose trajectories all ended.
+        Returns:
+            (B token lists, each through its first EOS or cut at max_new_tokens,
+             B lists of the sampler's log-probs of those tokens, or None where the sampler gives none)
+        """
+        raise NotImplementedError
+
+    def generate_with_signals(self, contexts: list, timings: dict, signals=frozenset()) -> tuple:
+        """`generate`, also returning B rl.rollout.sampling_signals.TurnSignals (`signals` of "logp", "entropy", "hidden"),
+        or None where this sampler records none (then a consumer does its own forward): (tokens, logps, signals)."""
+        tokens, logps = self.generate(contexts, timings)
+        return tokens, logps, None
+
+    def sync_weights(self) -> None:
+        """Bring the sampler's weights up to the actor's (a no-op where the sampler is the actor itself)."""
+
+    def sleep(self) -> None:
+        """Free the sampler's memory while the actor trains (a no-op where there is nothing of its own)."""
+
+    def wake(self) -> None:
+        """Be ready to generate (`generate` wakes by itself; this is for callers that want it done ahead)."""
+
+
+class _ActorSampler(Sampler):
+    """Generation on the actor: one batched call over every context, inside a context that gives full weights."""
+
+    def generation_context(self):
+        return generation_model(self.engine)
+
+    def decode(self, model, ids, mask, signals=frozenset()) -> tuple:
+        """(B token lists, B TurnSignals or None)."""
+        raise NotImplementedError
+
+    def generate(self, contexts: list, timings: dict) -> tuple:
+        return self.generate_with_signals(contexts, timings)[:2]
+
+    def generate_with_signals(self, contexts: list, timings: dict, signals=frozenset()) -> tuple:
+        idle = not contexts
+        if idle:
+            if not self.lockstep:
+                return [], None
+            # Nothing live on this rank, but the others generate, and under ZeRO-3 generation is collective (the
+            # parameter gather; with --decode_loop hf_generate also HF's synced_gpus loop): join with a dummy.
+            contexts = [[self.pad_token_id]]
+        ids, mask = left_pad(contexts, self.pad_token_id, self.device)
+        t0 = time.perf_counter()
+        with self.generation_context() as model:
+            t1 = time.perf_counter()
+            was_training = model.training
+            model.eval()
+            responses, recorded = self.decode(model, ids, mask, signals)
+            model.train(was_training)
+            t2 = time.perf_counter()
+        timings["gather"] = timings.get("gather", 0.0) + (t1 - t0) + (time.perf_counter() - t2)
+        timings["generate"] = timings.get("generate", 0.0) + (t2 - t1)
+        return ([] if idle else responses), None, ([] if idle and recorded is not None else recorded)
+
+
+class DecodeLoopSampler(_ActorSampler):
+    """rl/rollout/decode.py: finished rows leave the batch, inverse-CDF sampling with HF's warpers."""
+
+    def decode(self, model, ids, mask, signals=frozenset()) -> tuple:
+        s = self.settings
+        # temperature 0 = greedy (evaluation); training always samples (--temperature > 0 is enforced)
+        return sample_batch_with_signals(model, ids, mask, s.max_new_tokens, self.eos_ids, s.temperature,
+                                         top_k=s.top_k or None, top_p=s.top_p, signals=signals)
+
+
+class HFGenerateSampler(_ActorSampler):
+    """transformers' `generate` with a KV cache; under lockstep HF's synced_gpus loop keeps the ranks together."""
+
+    def decode(self, model, ids, mask, signals=frozenset()) -> tuple:
+        s = self.settings
+        sampling = dict(do_sample=True, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k or None) \
+            if s.temperature > 0 else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
+        sequences = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=s.max_new_tokens,
+                                   pad_token_id=self.pad_token_id, eos_token_id=self.eos_ids, use_cache=True,
+                                   synced_gpus=self.lockstep, **sampling)
+        new = sequences[:, ids.shape[1]:]
+        keep = response_mask_from_ids(new, self.eos_ids).sum(-1).long().tolist()
+        return [new[i, :keep[i]].tolist() for i in range(len(ids))], None  # no signals: consumers do a forward
+
+
+class HybridEngineSampler(HFGenerateSampler):
+    """DeepSpeed's hybrid engine: its `generate` runs the inference kernels (the decode loop cannot use them)."""
+
+    def generation_context(self):
+        return hybrid_engine_inference(self.engine)
+
+
+class VLLMSampler(Sampler):
+    """A colocated vLLM engine (`rl.rollout.vllm.backend.VLLMRollout`): weights synced from the actor when stale, asleep
+    while the actor trains."""
+
+    def __init__(self, backend, engine, tokenizer, settings: SamplingSettings):
+        super().__init__(engine, tokenizer, settings)
+        self.backend = backend
+
+    def generate(self, contexts: list, timings: dict) -> tuple:
+        t0, synced_before = time.perf_counter(), self.backend.sync_seconds
+        tokens, logps = self.backend.generate(contexts, self.eos_ids)
+        sync = self.backend.sync_seconds - synced_before  # weight loading counts as "gather", as on the HF path
+        timings["gather"] = timings.get("gather", 0.0) + sync
+        timings["generate"] = timings.get("generate", 0.0) + time.perf_counter() - t0 - sync
+        return tokens, logps
+
+    def sync_weights(self) -> None:
+        self.backend.sync_weights()
+
+    def sleep(self) -> None:
+        self.backend.sleep()
+
+    def wake(self) -> None:
+        self.backend.wake()
+
+
+def sampler_class(args, engine) -> type:
+    """The sampler the flags and the built actor call for (--rollout_backend, --enable_hybrid_engine, --decode_loop).
+
+    The hybrid engine is asked of the actor itself: build_actor falls back to a plain engine (with a warning) where
+    DeepSpeed cannot serve the model, and the decode loop then applies.
+    """
+    if getattr(args, "rollout_backend", "hf") == "vllm":
+        return VLLMSampler
+    if hybrid_engine_active(engine):
+        return HybridEngineSampler
+    return DecodeLoopSampler if getattr(args, "decode_loop", "credo") == "credo" else HFGenerateSampler
+
+
+def make_sampler(args, engine, tokenizer) -> Sampler:
+    """The run's sampler for `engine` (a DeepSpeed actor, or a plain HF model in eval.py and tests)."""
+    settings = SamplingSettings.from_args(args)
+    cls = sampler_class(args, engine)
+    if cls is VLLMSampler:
+        from rl.engine.actor import resolve_dtype
+        from rl.rollout.vllm.backend import VLLMRollout
+        return VLLMSampler(VLLMRollout(args, engine, resolve_dtype(args.dtype)), engine, tokenizer, settings)
+    return cls(engine, tokenizer, settings)

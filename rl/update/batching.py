@@ -1,0 +1,101 @@
+"""Length-sorted micro-batches trimmed to their own padding: the update's forwards skip most pad tokens.
+
+A rollout batch is one [N, P + R] block: prompts left-padded to the longest prompt P, responses right-padded to the
+longest response R. With responses of 16 tokens on average and 48 at most, two thirds of the response columns are
+padding. Sorting the rows by length before cutting micro-batches puts short responses together, and each
+micro-batch then drops the columns that are padding in all of its rows (verl's dynamic batch size does the same
+with a token budget; here the number of micro-batches stays fixed, as DeepSpeed's gradient accumulation needs).
+Token-level results are unchanged: only columns with no real token are dropped.
+
+With `keep`, the rows a micro-batch would only multiply by a zero advantage are left out too (rl/update/ppo.py decides
+which): the same number of micro-batches, each a near-equal share of the kept rows (at least one row, so every rank
+still runs every forward that ZeRO-3's parameter gathering expects).
+"""
+from dataclasses import dataclass
+
+import torch
+
+from rl.update.logprobs import response_logprobs
+
+
+@dataclass
+class MicroBatch:
+    rows: torch.Tensor  # Tensor[b] long, rows of the rollout batch
+    first_col: int      # first column kept (the micro-batch's least left padding)
+    prompt_len: int     # P minus the dropped left columns: where the response part starts in the trimmed rows
+    resp_len: int       # response columns kept (through the last real token of the micro-batch)
+
+    def sequences(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple:
+        """The trimmed [b, prompt_len + resp_len] input_ids and attention_mask."""
+        end = self.first_col + self.prompt_len + self.resp_len
+        return input_ids[self.rows, self.first_col:end], attention_mask[self.rows, self.first_col:end]
+
+    def response(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Rows and kept columns of a response-aligned Tensor[N, R, ...]; None stays None."""
+        return None if tensor is None else tensor[self.rows, :self.resp_len]
+
+    def of(self, batch) -> "MicroRollout":
+        """This micro-batch's slice of every per-token tensor of a rl.types.Rollout (advantages per token)."""
+        input_ids, attention_mask = self.sequences(batch.input_ids, batch.attention_mask)
+        return MicroRollout(input_ids, attention_mask, self.prompt_len, self.response(batch.response_mask),
+                            batch.token_advantages(self.rows)[:, :self.resp_len], self.response(batch.old_logp),
+                            self.response(batch.ref_logp), self.response(batch.rollout_logp))
+
+
+@dataclass
+class MicroRollout:
+    """The tensors one forward/backward of the update needs: b rows, trimmed to r response columns."""
+    input_ids: torch.Tensor        # Tensor[b, prompt_len + r]
+    attention_mask: torch.Tensor   # Tensor[b, prompt_len + r]
+    prompt_len: int
+    response_mask: torch.Tensor    # Tensor[b, r]
+    advantages: torch.Tensor       # Tensor[b, r] per-token advantages
+    old_logp: torch.Tensor = None  # Tensor[b, r] or None (then the current policy's, detached)
+    ref_logp: torch.Tensor = None
+    rollout_logp: torch.Tensor = None
+
+
+def micro_batches(attention_mask: torch.Tensor, prompt_len: int, micro: int, keep: torch.Tensor = None) -> list:
+    """N // micro micro-batches of `micro` rows, sorted by response extent (stable, so deterministic).
+
+    Args:
+        attention_mask: Tensor[N, P + R] (left-padded prompt, right-padded response part); prompt_len: P.
+        keep: Tensor[N] bool or None: only these rows, spread over the same ceil(N / micro) micro-batches (sizes differ
+            by at most one; where fewer rows are kept than there are micro-batches, the shortest others fill in).
+    Returns:
+        list of MicroBatch, covering every row once (every kept row once, with `keep`).
+    """
+    n = attention_mask.shape[0]
+    mask = attention_mask.bool().cpu()
+    response = mask[:, prompt_len:]
+    # response columns each row needs: through its last attended token (feedback turns included); R >= 1 always
+    extent = torch.where(response, torch.arange(1, response.shape[1] + 1), 0).amax(dim=1)
+    left_pad = (~mask[:, :prompt_len]).long().cumprod(dim=1).sum(dim=1)  # leading zeros of each prompt
+    order = torch.argsort(extent * (prompt_len + 1) + (prompt_len - left_pad), stable=True)
+    if keep is None:
+        chunks = [order[start:start + micro] for start in range(0, n, micro)]
+    else:
+        count = -(-n // micro)  # as many micro-batches as without `keep`
+        keep = keep.bool().cpu().clone()
+        missing = count - int(keep.sum())
+        if missing > 0:  # every micro-batch needs a row: the shortest of the others fill in
+            keep[order[~keep[order]][:missing]] = True
+        chunks = list(torch.tensor_split(order[keep[order]], count))
+    out = []
+    for rows in chunks:
+        first = int(left_pad[rows].min())
+        out.append(MicroBatch(rows=rows.to(attention_mask.device), first_col=first, prompt_len=prompt_len - first,
+                              resp_len=max(int(extent[rows].max()), 1)))
+    return out
+
+
+@torch.no_grad()
+def batched_response_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int,
+                              temperature: float, micro: int) -> torch.Tensor:
+    """Response log-probs of a whole batch, `micro` rows per forward. Tensor[N, P + R] -> Tensor[N, R] (0 on
+    padding). The same forwards on every rank for the same N (ZeRO-3 gathers parameters collectively)."""
+    out = torch.zeros(input_ids.shape[0], input_ids.shape[1] - prompt_len, device=input_ids.device)
+    for mb in micro_batches(attention_mask, prompt_len, micro):
+        logp = response_logprobs(model, *mb.sequences(input_ids, attention_mask), mb.prompt_len, temperature)[0]
+        out[mb.rows, :mb.resp_len] = logp.to(out.dtype)
+    return out
