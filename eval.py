@@ -18,7 +18,8 @@ import torch
 
 from envs import ENVS, env_class_from_flags
 from envs.base import EPISODE_ENDS
-from rl.config import DECODE_LOOPS, add_vllm_engine_flags, is_local_model_path
+from rl.config import DECODE_LOOPS, add_vllm_engine_flags
+from rl.engine.models import is_local_model_path
 from rl.rollout.data import DataError, load_rows
 from rl.rollout.data_files import check_data_path
 from rl.rollout.episode_end import check_env_supports

@@ -16,7 +16,7 @@ import sys
 from benchmarks.ports import free_port
 from benchmarks.results_io import cpu_model, write_results
 from rl.engine.hardware import cpu_bf16_matmul_isa
-from rl.log.metrics import read_metrics
+from rl.log.loggers import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUNS = {"off": [], "filter_groups": ["--filter_groups", "--filter_groups_max_rounds", "0"]}

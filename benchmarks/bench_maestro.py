@@ -13,7 +13,7 @@ import platform
 import subprocess
 import sys
 
-from rl.log.metrics import read_metrics
+from rl.log.loggers import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from rl.log.metrics import read_metrics
+from rl.log.loggers import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -16,7 +16,7 @@ import sys
 import time
 
 from rl.eval.evaluation import aggregate
-from rl.log.metrics import read_metrics
+from rl.log.loggers import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

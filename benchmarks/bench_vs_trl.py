@@ -35,7 +35,7 @@ import time
 from benchmarks.bench_limit import limit_lines, measure_limit
 from benchmarks.ports import free_port
 from benchmarks.results_io import write_results
-from rl.log.metrics import read_metrics
+from rl.log.loggers import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

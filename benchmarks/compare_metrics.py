@@ -73,7 +73,7 @@ def metric_value(metric: Metric, run_dir: str, max_steps: int):
             raise CompareError(f"--metric {metric.spec}: {metric.key!r} is not in {run_dir}/eval/results.json "
                                f"(it has {', '.join(sorted(metrics))})")
         return float(metrics[metric.key]), False
-    from rl.log.metrics import read_metrics
+    from rl.log.loggers import read_metrics
     rows = read_metrics(os.path.join(run_dir, "train", "metrics.jsonl"))
     if not rows or metric.key not in rows[-1]:
         raise CompareError(f"--metric {metric.spec}: {metric.key!r} is not logged in {run_dir}/train/metrics.jsonl")

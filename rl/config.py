@@ -9,8 +9,8 @@ from rl.rollout.episode_end import EPISODE_END_CHOICES, check_env_supports, reso
 from rl.update.loss import KL_TYPES, LOSS_AGG_MODES
 from rl.methods import METHODS, method_class
 from rl.methods.base import parse_weights
-from rl.engine.models import DEFAULT_MODEL_DIR
-from rl.policy_reward_flags import add_policy_reward_flags, validate_open_domain_rewards
+from rl.engine.models import DEFAULT_MODEL_DIR, is_local_model_path
+from rl.scoring import add_policy_reward_flags, validate_open_domain_rewards
 from rl.run.saved_config import DEFAULT_SAVE_STEPS, SAVE_COST
 
 DECODE_LOOPS = ("credo", "hf_generate")
@@ -311,7 +311,7 @@ def validate(args) -> None:
     check_data_path(args, bad)
     from envs import env_class_from_flags  # imported here: envs pulls in the verifiers
     env_cls = env_class_from_flags(args, bad)
-    args.episode_end_given, args.episode_end = args.episode_end, resolve_episode_end(args.episode_end, args.algo)
+    args.episode_end_given, args.episode_end = args.episode_end, resolve_episode_end(args.episode_end, method_class(args.algo).fixed_turns)
     check_env_supports(args, env_cls, bad)
     if args.data_path is None and env_cls.dataset("train", 1, args.seed, **env_cls.settings_from_args(args)) is None:
         bad(f"--env {args.env} has no data of its own: pass --data_path")
@@ -385,10 +385,10 @@ def validate_rollout_backend(args, bad) -> None:
         bad(reason)
 
 
-def is_local_model_path(value: str) -> bool:
-    """A model flag names a local folder when it exists, is absolute, or starts with `.` or `~`; anything else
-    (`Qwen/Qwen3-4B`) is a hub id that transformers and vLLM resolve themselves (not checked: no network here)."""
-    return os.path.exists(value) or os.path.isabs(value) or value.startswith((".", "~"))
+
+def parser_defaults() -> dict:
+    """Every flag's default, as a run's saved config compares them (rl/run/start.py)."""
+    return vars(build_parser().parse_args([]))
 
 
 def parse_args(argv=None):

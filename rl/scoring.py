@@ -3,6 +3,7 @@ component (in killable worker processes through PooledRewards).
 
 Also the step's reward metrics and the guard that stops a run when one reward function's calls mostly fail.
 """
+import os
 import time
 from dataclasses import dataclass
 
@@ -16,8 +17,8 @@ from rewards.pooled import PooledRewards
 from rewards.policy_rewards import POLICY_REWARDS, PolicyRewards, PolicyRewardSettings, normalise
 from rewards.registry import CORRECTNESS, reward_spec
 from rl.engine import dist
-from rl.advantages.mt_grpo import last_present
-from rl.advantages.stats import group_mean_std
+from rl.engine.models import is_local_model_path
+from rl.advantages.stats import group_mean_std, last_present
 from rl.rollout.episode_end import env_kwargs
 from rl.errors import RewardFailure, TrainingAborted
 
@@ -239,3 +240,33 @@ def turn_metrics(turn_scores: torch.Tensor) -> dict:
     m["avg_turns_to_success"] = (first[ever] + 1).float().mean().item() if ever.any() else float("nan")
     m["avg_turns"] = (~torch.isnan(turn_scores)).sum(1).float().mean().item()
     return m
+
+
+# --- the open-domain rewards' flags (fmt, ppl, ent, len, pref; rewards/policy_rewards.py): any method can name
+# them in --reward_funcs, and MAESTRO mixes the same rewards ---
+
+def add_policy_reward_flags(p):
+    g = p.add_argument_group("open-domain rewards (--reward_funcs fmt, ppl, ent, len, pref; MAESTRO's rewards)")
+    g.add_argument("--len_min", type=int, default=16, help="len reward: 1 at or below this many response tokens")
+    g.add_argument("--len_max", type=int, default=64, help="len reward: falls linearly to 0 at this many tokens")
+    g.add_argument("--reward_model_name_or_path", default=None,
+                   help="sequence-classification reward model for the pref reward (MAESTRO skips pref with a warning "
+                        "when unset; --reward_funcs pref refuses to start). credo's reading: loaded whole on every "
+                        "rank, outside the actor's ZeRO-3 partitioning")
+
+
+def validate_open_domain_rewards(args, bad):
+    """--reward_funcs naming fmt / ppl / ent / len / pref (any method) and --len_min / --len_max."""
+    if not 0 <= args.len_min < args.len_max:
+        bad(f"--len_min {args.len_min} / --len_max {args.len_max}: need 0 <= len_min < len_max")
+    if "pref" in args.reward_funcs and not args.reward_model_name_or_path:
+        bad("--reward_funcs pref scores with a reward model: pass --reward_model_name_or_path")
+    check_reward_model_path(args, bad)
+
+
+def check_reward_model_path(args, bad):
+    path = args.reward_model_name_or_path
+    if path and is_local_model_path(path):
+        path = args.reward_model_name_or_path = os.path.expanduser(path)
+        if not os.path.exists(path):
+            bad(f"--reward_model_name_or_path {path} does not exist")

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from rl.config import parser_defaults
 from rl.engine import dist
 from rl.methods import StepContext, build_method, method_class
 from rl.run.checkpoint import checkpoint_root, export_hf, load_checkpoint, rng_state, save_checkpoint, set_rng_state
@@ -26,7 +27,7 @@ from rl.log.refinement_metrics import refinement_metrics
 from rl.rollout.samplers import make_sampler
 from rl.errors import RewardFailure
 from rl.scoring import Scorer, ScoringSettings
-from rl.run.start import OutputSettings, parser_defaults, start_run
+from rl.run.start import OutputSettings, start_run
 from rl.update.step_guard import StepGuard
 from rl.update.ppo import LossSettings, no_grad_logprobs, ppo_update
 from rl.eval.validation import PeriodicValidation

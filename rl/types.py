@@ -3,6 +3,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from rl.engine import dist
+
 
 @dataclass
 class Rollout:
@@ -47,8 +49,6 @@ class Rollout:
         Every tensor of it is on the CPU, whatever device each came from: the rewards are computed there, the
         response lengths come from the GPU's mask, and the advantage maths mixes them (per-response scalars, under
         0.1% of a step). The trainer moves the advantages to the actor's device."""
-        from rl.engine import dist
-
         def gathered(t):
             return dist.all_gather_cat(t).cpu()
 

@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-from rl.log.metrics import read_metrics
+from rl.log.loggers import read_metrics
 
 
 def main(output_dir: str):

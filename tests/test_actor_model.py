@@ -1,13 +1,13 @@
-"""--gradient_checkpointing (rl/engine/actor_model.py): activations are recomputed in backward, and training with it gives
+"""--gradient_checkpointing (rl/engine/actor.py): activations are recomputed in backward, and training with it gives
 the same losses and weights as without (the trade is memory for time, never the result)."""
 import os
 
 import pytest
 import torch
 
-from rl.engine.actor_model import prepare_actor_model
+from rl.engine.actor import prepare_actor_model
 from rl.engine.lora import LoraSettings
-from rl.log.metrics import read_metrics
+from rl.log.loggers import read_metrics
 from tests.helpers import default_args, run_train
 
 

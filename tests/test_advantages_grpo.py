@@ -3,7 +3,8 @@ import math
 import pytest
 import torch
 
-from rl.advantages import get_estimator, grpo
+import rl.advantages
+from rl.advantages import grpo
 
 
 def test_group_zscore_matches_hand_computation():
@@ -55,7 +56,9 @@ def test_unknown_scale_is_refused():
         grpo(torch.zeros(2), torch.zeros(2, dtype=torch.long), scale="rank")
 
 
-def test_registry_finds_grpo_and_refuses_unknown_names():
-    assert get_estimator("grpo") is grpo
-    with pytest.raises(KeyError, match="built"):
-        get_estimator("ppo-gae")
+@pytest.mark.parametrize("name", ["grpo", "gdpo", "dara", "tcpo", "mt_grpo", "rloo", "maestro"])
+def test_each_method_s_maths_is_public_as_rl_advantages_name(name):
+    # the public names (DESIGN.md): rl.advantages.<name> is the function rl/advantages/<name>.py defines
+    import importlib
+    assert getattr(rl.advantages, name) is getattr(importlib.import_module(f"rl.advantages.{name}"), name)
+    assert name in rl.advantages.__all__

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from rl.advantages import rloo
-from rl.log.metrics import read_metrics
+from rl.log.loggers import read_metrics
 from tests.helpers import run_train
 from tests.test_train_deepspeed import assert_ok
 

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from rl.log.metrics import read_metrics
+from rl.log.loggers import read_metrics
 from tests.helpers import run_train
 from tests.test_eval_cli import eval_in_process
 from tests.test_train_deepspeed import assert_ok

@@ -14,7 +14,7 @@ import torch
 
 from rl.run.best_checkpoint import BEST_LINK, RECORD, check_metric_name, is_better, read_best
 from rl.config import parse_args
-from rl.log.metrics import read_metrics
+from rl.log.loggers import read_metrics
 from tests.helpers import REPO_ROOT, run_train
 
 FIXTURE_ENV = "tests.fixture_envs:DigitFractionEnv"

@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-from rl.config import is_local_model_path, parse_args
+from rl.config import parse_args
+from rl.engine.models import is_local_model_path
 
 
 @pytest.mark.parametrize("value,local", [

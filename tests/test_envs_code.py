@@ -49,7 +49,7 @@ def test_humaneval_rows_are_checked_with_their_entry_point():
 def test_code_env_trains_end_to_end(algo, launcher, tiny_model_dir, tmp_path):
     """Under the real `deepspeed` launcher once; the second method as `python train.py` (the same one-rank DeepSpeed
     engine, without the launcher's two extra interpreters of torch imports)."""
-    from rl.log.metrics import read_metrics
+    from rl.log.loggers import read_metrics
     from tests.helpers import run_train
     proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path), "--algo", algo,
                       "--env", "code",

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from rl.run.checkpoint import latest_checkpoint
-from rl.log.metrics import read_metrics
+from rl.log.loggers import read_metrics
 from tests.helpers import REPO_ROOT, free_port, run_train
 from tests.test_train_deepspeed import TINY_RUN, assert_ok
 

@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from rl.run.checkpoint import latest_checkpoint
-from rl.log.metrics import read_metrics
+from rl.log.loggers import read_metrics
 import scripts.launch
 from scripts.launch import with_master_port
 from tests.helpers import REPO_ROOT

@@ -1,7 +1,10 @@
-"""The layers: rewards/ and envs/ are the lower ones (verifiers, environments); rl/ uses them, never the reverse.
+"""The floor plan: the order of the rooms, and no import that goes up a floor or closes a cycle.
 
-An upward import makes a verifier drag in the trainer (rl.rollout pulls in DeepSpeed) and ties the layers into a
-cycle; these tests make a new one fail CI instead of waiting for a review to notice it.
+rewards/ and envs/ are the lower layers (verifiers, environments); rl/ uses them, never the reverse. Inside rl/,
+the rooms are stacked in FLOOR_ORDER (the top of a step first): a module may import its own room and the rooms
+below it. Imports inside functions count, so a late import cannot hide an upward arrow or a cycle. An upward
+import makes a low room drag in a high one (a verifier pulling in DeepSpeed) and ties the rooms into a knot;
+these tests make a new one fail CI instead of waiting for a review to notice it.
 """
 import ast
 import os
@@ -75,3 +78,124 @@ def test_no_script_folder_hides_a_package(folder):
     names |= {name for name in os.listdir(os.path.join(REPO_ROOT, folder))
               if os.path.isdir(os.path.join(REPO_ROOT, folder, name))}
     assert names & packages == set()
+
+
+# rl/'s rooms, top floor first: the loop, the flags that compose every room's, then the rooms in the order a step
+# leans on them. A room may import itself and anything listed after it (rewards/ and envs/ sit below all of rl/).
+FLOOR_ORDER = (
+    "rl.trainer",      # the loop: rollout -> score -> advantages -> update -> log
+    "rl.config",       # composes each room's flags
+    "rl.eval",         # evaluation (plays episodes), validation during training, the judge
+    "rl.run",          # run start, saved config, checkpoints, manifest, best checkpoint, launcher ranks
+    "rl.methods",      # one module per --algo (and MAESTRO's Conductor, TCPO's counterfactuals)
+    "rl.scoring",      # every reward of a rollout
+    "rl.log",          # metrics, loggers, completions
+    "rl.update",       # log-probs, batching, losses, rollout correction, the PPO step
+    "rl.rollout",      # data, episodes, samplers, decode loop, vLLM
+    "rl.advantages",   # the pure maths
+    "rl.types",        # Rollout, GlobalBatch
+    "rl.engine",       # DeepSpeed actor, ZeRO config, LoRA, hardware, dist, models
+    "rl.errors",
+    "rl",              # rl/__init__.py: REPO_ROOT
+)
+
+
+def module_name(path: str) -> str:
+    return os.path.relpath(path, REPO_ROOT)[:-3].replace(os.sep, ".").removesuffix(".__init__")
+
+
+def room_of(module: str) -> str:
+    """The FLOOR_ORDER entry a module of rl/ belongs to (its longest matching prefix)."""
+    matches = [room for room in FLOOR_ORDER if module == room or module.startswith(room + ".")]
+    return max(matches, key=len)
+
+
+def imported_own_modules(path: str, own: set) -> list:
+    """(line, module) of every import of one of `own`'s modules; `from rl.engine import dist` is rl.engine.dist."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), filename=path)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names if alias.name in own]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in own:
+            submodules = [f"{node.module}.{alias.name}" for alias in node.names if f"{node.module}.{alias.name}" in own]
+            found += [(node.lineno, m) for m in submodules] or [(node.lineno, node.module)]
+    return found
+
+
+def rl_import_edges(packages=("rl", "rewards", "envs")) -> list:
+    """(file:line, importer module, imported module) for every import between credo's own modules."""
+    own = {module_name(p) for package in packages for p in python_files(package)}
+    return [(f"{os.path.relpath(path, REPO_ROOT)}:{line}", module_name(path), module)
+            for package in packages for path in python_files(package)
+            for line, module in imported_own_modules(path, own)]
+
+
+def upward_arrows() -> list:
+    arrows = []
+    for where, importer, imported in rl_import_edges(("rl",)):
+        if not imported.startswith("rl"):
+            continue
+        a, b = FLOOR_ORDER.index(room_of(importer)), FLOOR_ORDER.index(room_of(imported))
+        if b < a:
+            arrows.append(f"{where}: {room_of(importer)} imports {imported} ({room_of(imported)} is above it)")
+    return arrows
+
+
+def import_cycles(edges) -> list:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    graph = {}
+    for _, importer, imported in edges:
+        if importer != imported:
+            graph.setdefault(importer, set()).add(imported)
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_every_module_of_rl_has_a_floor():
+    rooms = {room_of(module_name(p)) for p in python_files("rl")}
+    assert rooms <= set(FLOOR_ORDER)
+    top_level = sorted(name for name in os.listdir(os.path.join(REPO_ROOT, "rl"))
+                       if name != "__pycache__" and not name.startswith("."))
+    assert len(top_level) <= 15, f"rl/ has {len(top_level)} entries: put the new module in the room that owns it"
+
+
+def test_no_room_of_rl_imports_a_room_above_it():
+    assert upward_arrows() == []
+
+
+def test_no_import_cycle_in_rl_rewards_or_envs():
+    assert import_cycles(rl_import_edges()) == []
+
+
+def test_the_floor_check_sees_an_upward_arrow_and_a_cycle():
+    assert room_of("rl.rollout.vllm.backend") == "rl.rollout" and room_of("rl.trainer") == "rl.trainer"
+    assert FLOOR_ORDER.index("rl.update") < FLOOR_ORDER.index("rl.rollout")  # update may read rollout, not back
+    edges = [("a.py:1", "rl.a", "rl.b"), ("b.py:3", "rl.b", "rl.c"), ("c.py:2", "rl.c", "rl.a"), ("d.py:1", "rl.d", "rl.a")]
+    assert import_cycles(edges) == [["rl.a", "rl.b", "rl.c"]]

@@ -8,7 +8,7 @@ import pytest
 
 from rl.config import parse_args
 from rl.log.loggers import WANDB_ID_FILE, report_backends
-from rl.log.metrics import read_metrics
+from rl.log.loggers import read_metrics
 from tests.helpers import run_train
 
 RUN = ["--env", "tests.fixture_envs:DigitFractionEnv", "--num_generations", "2", "--per_device_generation_batch_size",

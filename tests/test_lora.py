@@ -9,7 +9,7 @@ import torch
 
 from rl.config import parse_args
 from rl.engine.lora import LoraSettings, merged_state_dict, wrap_with_lora
-from rl.log.metrics import read_metrics
+from rl.log.loggers import read_metrics
 from tests.helpers import default_args, run_train
 
 LORA_RUN = ["--env", "tests.fixture_envs:DigitFractionEnv", "--num_generations", "4",

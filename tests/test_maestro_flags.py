@@ -1,4 +1,4 @@
-"""rl/policy_reward_flags.py and rl/methods/maestro.py: the open-domain rewards as --reward_funcs for any method, the Conductor recipes, the weight
+"""rl/scoring.py (the open-domain reward flags) and rl/methods/maestro.py: the open-domain rewards as --reward_funcs for any method, the Conductor recipes, the weight
 ablations and the KL-in-reward flag, as train.py parses them."""
 import pytest
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from rl.log.completions import completion_records, pick_rows
-from rl.log.metrics import MetricsLogger, read_metrics
+from rl.log.loggers import read_metrics
+from rl.log.metrics import MetricsLogger
 from rl.types import Rollout
 
 

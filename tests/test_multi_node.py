@@ -20,7 +20,7 @@ import torch
 
 from envs.arith import make_arith_split
 from rl.config import build_parser
-from rl.log.metrics import read_metrics
+from rl.log.loggers import read_metrics
 from tests.helpers import REPO_ROOT, free_port, run_train
 
 SCRIPT = os.path.join(REPO_ROOT, "scripts", "gpu", "multi_node.sh")

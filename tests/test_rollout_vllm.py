@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rl.rollout.vllm.backend import (SamplerMismatch, VLLMRollout, answer_budgets, cut_at_eos, iter_vllm_weights,
+from rl.update.rollout_correction import SamplerMismatch
+from rl.rollout.vllm.backend import (VLLMRollout, answer_budgets, cut_at_eos, iter_vllm_weights,
                              sampled_logprobs, to_vllm_names)
 from rl.rollout.vllm.setup import preserved_trainer_state
 

@@ -25,7 +25,8 @@ else:
 
 from rl.config import build_parser  # noqa: E402
 from rl.update.logprobs import response_logprobs  # noqa: E402
-from rl.rollout.vllm.backend import SamplerMismatch, VLLMRollout, _vllm_model  # noqa: E402
+from rl.rollout.vllm.backend import VLLMRollout, _vllm_model  # noqa: E402
+from rl.update.rollout_correction import SamplerMismatch  # noqa: E402
 from rl.rollout.vllm.cpu_weights import repack_synced_weights, repacked_layers  # noqa: E402
 from tests.helpers import build_tiny_model, free_port  # noqa: E402
 

@@ -15,7 +15,8 @@ from rl.errors import TrainingAborted
 from rl.run.manifest import checkpoint_files, file_entries, write_manifest
 from rl.run.saved_config import (HARMLESS_FLAGS, OutputDirBusy, RunMismatch, acquire_output_lock, default_output_dir,
                            flag_differences, method_flags, plain_flags, read_run_config, release_output_lock)
-from rl.run.start import parser_defaults, start_run
+from rl.config import parser_defaults
+from rl.run.start import start_run
 from tests.helpers import REPO_ROOT
 
 ENV = ["--env", "tests.fixture_envs:DigitFractionEnv"]

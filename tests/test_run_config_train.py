@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from rl.log.metrics import read_metrics
+from rl.log.loggers import read_metrics
 from rl.run.saved_config import read_run_config
 from tests.helpers import run_train
 from tests.test_train_deepspeed import TINY_RUN, assert_ok

@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from rl.log.metrics import read_metrics
+from rl.log.loggers import read_metrics
 from tests.helpers import free_port, run_train
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from rl.log.metrics import read_metrics
+from rl.log.loggers import read_metrics
 from tests.helpers import build_tiny_reward_model, run_train
 from tests.test_train_deepspeed import assert_ok
 

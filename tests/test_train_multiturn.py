@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from rl.log.metrics import read_metrics
+from rl.log.loggers import read_metrics
 from tests.helpers import REPO_ROOT, run_train
 from tests.test_train_deepspeed import TINY_RUN, assert_ok
 

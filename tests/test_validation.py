@@ -6,7 +6,7 @@ import pytest
 
 import eval as eval_cli
 from rl.config import parse_args
-from rl.log.metrics import read_metrics
+from rl.log.loggers import read_metrics
 from rl.eval.validation import PeriodicValidation, rank_shard
 from tests.helpers import default_args, run_train
 

@@ -1,4 +1,4 @@
-"""Advantage estimators: one module per method, each a pure tensor function registered by name.
+"""Advantage estimators: one module per method, each a pure tensor function exported under the module's name.
 
 Every module here is imported below, and a module's function of the module's own name is exported:
 `from rl.advantages import grpo` is the function rl/advantages/grpo.py defines. A new method adds its maths as
@@ -7,9 +7,7 @@ rl/advantages/<name>.py and its training glue as rl/methods/<name>.py (README, "
 import importlib
 import pkgutil
 
-from rl.advantages.registry import ADVANTAGE_ESTIMATORS, get_estimator, register
-
-__all__ = ["ADVANTAGE_ESTIMATORS", "get_estimator", "register"]
+__all__ = []
 
 for _info in sorted(pkgutil.iter_modules(__path__), key=lambda info: info.name):
     _module = importlib.import_module(f"{__name__}.{_info.name}")

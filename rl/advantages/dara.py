@@ -6,11 +6,9 @@ signals are not drowned by dense ones: w_k = min(w_max, sqrt(rho_ref / rho_k)).
 import torch
 
 from rl.advantages.gdpo import per_reward_zscores
-from rl.advantages.registry import register
 from rl.advantages.stats import batch_normalize
 
 
-@register("dara")
 def dara(components: torch.Tensor, group_ids: torch.Tensor, variant: str = "asym", w_max: float = 5.0,
          tau: float = 1e-8, static_weights: torch.Tensor = None, group_eps: float = 1e-6, final_norm: str = "response",
          final_eps: float = 1e-6, lengths: torch.Tensor = None):

@@ -1,7 +1,6 @@
 """GDPO: group-decoupled normalisation of several rewards (each reward z-scored in its own group first)."""
 import torch
 
-from rl.advantages.registry import register
 from rl.advantages.stats import batch_normalize, group_zscore
 
 
@@ -15,7 +14,6 @@ def per_reward_zscores(components: torch.Tensor, group_ids: torch.Tensor, group_
     return torch.stack([group_zscore(components[:, k], group_ids, group_eps) for k in range(components.shape[1])], dim=1)
 
 
-@register("gdpo")
 def gdpo(components: torch.Tensor, group_ids: torch.Tensor, weights: torch.Tensor = None, group_eps: float = 1e-6,
          final_norm: str = "response", final_eps: float = 1e-6, lengths: torch.Tensor = None) -> torch.Tensor:
     """GDPO advantage.

@@ -1,11 +1,9 @@
 """GRPO: group-relative advantage (Shao et al. 2024), with the Dr.GRPO variant (Liu et al. 2025)."""
 import torch
 
-from rl.advantages.registry import register
 from rl.advantages.stats import group_mean_std
 
 
-@register("grpo")
 def grpo(scores: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6, scale: str = "group") -> torch.Tensor:
     """Group-relative advantage of each response.
 

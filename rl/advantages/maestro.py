@@ -36,7 +36,6 @@ rl/methods/maestro.py) gives the Conductor s_i - mean_group(s), where the level 
 import torch
 
 from rl.advantages.grpo import grpo
-from rl.advantages.registry import register
 
 REWARD_SCALES = ("batch_rank", "none")
 
@@ -80,7 +79,6 @@ def mixed_reward(rewards: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     return (torch.nan_to_num(rewards.to(torch.float32), nan=0.0) * weights.to(torch.float32)).sum(-1)
 
 
-@register("maestro")
 def maestro(rewards: torch.Tensor, actions: torch.Tensor, group_ids: torch.Tensor, eta: float = 0.5,
             scale: str = "group", reward_scale: str = "batch_rank") -> torch.Tensor:
     """MAESTRO advantage.

@@ -13,23 +13,11 @@ z(outcome) + lam * z_(prompt, turn k)(r[:, k]), its last turn z(outcome), and a 
 """
 import torch
 
-from rl.advantages.registry import register
-from rl.advantages.stats import group_zscore
+from rl.advantages.stats import group_zscore, last_index, last_present
 
 ZENG_EPS = 1e-4  # the std offset of `_compute_normalized_advantages`
 
 
-def last_present(scores: torch.Tensor) -> torch.Tensor:
-    """Score of each trajectory's last turn. Tensor[N, T] (NaN = no turn) -> Tensor[N]."""
-    return scores.gather(1, last_index(scores).unsqueeze(1)).squeeze(1)
-
-
-def last_index(scores: torch.Tensor) -> torch.Tensor:
-    """Index of each trajectory's last present turn. Tensor[N, T] -> Tensor[N] long."""
-    return (~torch.isnan(scores)).long().cumsum(1).argmax(1)
-
-
-@register("mt_grpo")
 def mt_grpo(scores: torch.Tensor, group_ids: torch.Tensor, outcome: torch.Tensor = None, lam: float = 1.0,
             eps: float = ZENG_EPS) -> torch.Tensor:
     """Turn advantages, Zeng et al.'s assignment (module docstring).

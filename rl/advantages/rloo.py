@@ -4,11 +4,9 @@ compute it: each response's baseline is the mean reward of the *other* responses
 scaling is applied."""
 import torch
 
-from rl.advantages.registry import register
 from rl.advantages.stats import group_mean_std
 
 
-@register("rloo")
 def rloo(scores: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
     """Leave-one-out advantage.
 

@@ -64,3 +64,13 @@ def batch_normalize(s: torch.Tensor, mode: str, eps: float = 1e-6, lengths: torc
         var = (w * (s - mean) ** 2).sum() / (total - 1).clamp(min=1)
         return (s - mean) / torch.sqrt(var + 1e-8)
     raise ValueError(f"final_norm must be 'response', 'token' or 'none', got {mode!r}")
+
+
+def last_present(scores: torch.Tensor) -> torch.Tensor:
+    """Score of each trajectory's last turn. Tensor[N, T] (NaN = no turn) -> Tensor[N]."""
+    return scores.gather(1, last_index(scores).unsqueeze(1)).squeeze(1)
+
+
+def last_index(scores: torch.Tensor) -> torch.Tensor:
+    """Index of each trajectory's last present turn. Tensor[N, T] -> Tensor[N] long."""
+    return (~torch.isnan(scores)).long().cumsum(1).argmax(1)

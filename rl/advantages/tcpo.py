@@ -32,7 +32,6 @@ reading, each a flag, and so is every choice both issues are silent on (marked "
 """
 import torch
 
-from rl.advantages.registry import register
 from rl.advantages.stats import group_zscore
 
 FIRST_TURN_PRIORS = ("zero", "none")
@@ -77,7 +76,6 @@ def eligible_turns(scores: torch.Tensor, tau: float = 1.0, first_turn_prior: str
     return eligible
 
 
-@register("tcpo")
 def tcpo(scores: torch.Tensor, group_ids: torch.Tensor, *, tau: float = 1.0, beta_pres: float = 0.1,
          beta_reg: float = 1.0, lambda_hind: float = 1.0, gamma: float = 0.9, eps: float = 1e-6,
          counterfactual: torch.Tensor = None, cf_mix: float = 0.5, use_retro: bool = True,

@@ -15,8 +15,7 @@ import torch
 from deepspeed.accelerator import get_accelerator
 from deepspeed.runtime.hybrid_engine import DeepSpeedHybridEngine
 
-from rl.engine.actor_model import prepare_actor_model
-from rl.engine.lora import AdaptersOffReference, LoraSettings, lora_param_group
+from rl.engine.lora import AdaptersOffReference, LoraSettings, lora_param_group, wrap_with_lora
 from rl.engine.zero_config import zero3_parameter_knobs
 
 logger = logging.getLogger(__name__)
@@ -44,6 +43,15 @@ HYBRID_ENGINE_REFUSED = {
     "gpt_neox": _TUPLE_FOR_TENSOR.format(model="GPTNeoXModel"),
     "opt": "DeepSpeed 0.19.8 skips its OPT policy for transformers 5.x's Cache-based OPT layer",
 }
+
+
+def context_budget(args) -> int:
+    """Longest context a rollout can reach: prompt + every model turn + feedback headroom between turns.
+
+    512 tokens of feedback per turn is our allowance, not a measured bound; raise --vllm_max_model_len if an env's
+    feedback is longer.
+    """
+    return args.max_prompt_seq_len + args.max_turns * args.max_answer_seq_len + (args.max_turns - 1) * 512
 
 
 def on_cuda() -> bool:
@@ -89,12 +97,11 @@ class EngineSettings:
     gradient_checkpointing: bool
     lora: LoraSettings
     hybrid_engine: bool            # --enable_hybrid_engine (falls back to gathered HF generate where unsupported)
-    max_out_tokens: int            # the hybrid engine's: the longest rollout context (rollout_vllm.context_budget)
+    max_out_tokens: int            # the hybrid engine's: the longest rollout context (context_budget)
     uses_reference: bool           # --beta != 0, or MAESTRO's --maestro_kl_in_reward
 
     @classmethod
     def from_args(cls, args) -> "EngineSettings":
-        from rl.rollout.vllm.backend import context_budget
         return cls(model_name_or_path=args.model_name_or_path, dtype=args.dtype, zero_stage=args.actor_zero_stage,
                    offload=bool(args.offload), learning_rate=args.actor_learning_rate,
                    weight_decay=args.actor_weight_decay, lr_scheduler_type=args.lr_scheduler_type,
@@ -308,3 +315,23 @@ def set_cpu_threads():
         return
     local_ranks = int(os.environ.get("LOCAL_SIZE", os.environ.get("LOCAL_WORLD_SIZE", "1")))
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, local_ranks)))
+
+
+# --- the actor's model before DeepSpeed wraps it ---
+# What the actor's HF model gets before DeepSpeed wraps it: gradient checkpointing (--gradient_checkpointing) and
+# LoRA adapters (--lora_r, rl/engine/lora.py).
+
+def enable_gradient_checkpointing(model):
+    """transformers' activation checkpointing per decoder layer, non-reentrant (torch's recommended mode; TRL's
+    default): the layer's activations are recomputed in backward instead of kept, and frozen inputs (LoRA's base,
+    embeddings) need no `enable_input_require_grads` workaround as the reentrant mode does."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model
+
+
+def prepare_actor_model(model, gradient_checkpointing: bool, lora: LoraSettings):
+    """The actor's model as DeepSpeed should see it. Checkpointing is switched on the plain HF model (peft forwards
+    the call, but the base model is where transformers keeps it); LoRA then freezes the base weights."""
+    if gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    return wrap_with_lora(model, lora)

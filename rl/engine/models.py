@@ -77,6 +77,12 @@ def load_tokenizer(path: str):
     return tokenizer
 
 
+def is_local_model_path(value: str) -> bool:
+    """A model flag names a local folder when it exists, is absolute, or starts with `.` or `~`; anything else
+    (`Qwen/Qwen3-4B`) is a hub id that transformers and vLLM resolve themselves (not checked: no network here)."""
+    return os.path.exists(value) or os.path.isabs(value) or value.startswith((".", "~"))
+
+
 if __name__ == "__main__":
     out = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_MODEL_DIR
     print(f"default model ready at {convert_default_model(out)}")

@@ -16,8 +16,6 @@ import os
 import uuid
 from dataclasses import dataclass, field
 
-from rl.log.metrics import read_metrics, to_json_line
-
 REPORT_TO_CHOICES = ("jsonl", "tensorboard", "wandb", "none")
 WANDB_ID_FILE = "wandb_run_id"
 
@@ -74,9 +72,9 @@ class WandbSettings:
     config: dict = field(default_factory=dict)  # the run's flags, shown as the W&B run config
 
     @classmethod
-    def from_args(cls, args) -> "WandbSettings":
-        from rl.run.saved_config import plain_flags
-        return cls(project=args.wandb_project, run_name=args.wandb_run_name, config=plain_flags(args))
+    def from_args(cls, args, config: dict) -> "WandbSettings":
+        """config: the run's flags as JSON values (rl.run.saved_config.plain_flags)."""
+        return cls(project=args.wandb_project, run_name=args.wandb_run_name, config=config)
 
 
 def _scalars(record: dict):
@@ -176,3 +174,27 @@ def build_loggers(backends: tuple, output_dir: str, start_step: int, tensorboard
         elif name == "wandb":
             out.append(WandbLogger(output_dir, start_step, wandb_settings or WandbSettings()))
     return out
+
+
+# --- the JSONL files' strict-JSON line format (metrics.jsonl, completions.jsonl) ---
+
+def _finite_or_null(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite_or_null(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite_or_null(x) for x in v]
+    return v
+
+
+def to_json_line(record: dict) -> str:
+    """One strict-JSON line: non-finite numbers become null (allow_nan=False makes any that slipped through an
+    error here rather than a file other tools cannot read)."""
+    return json.dumps(_finite_or_null(record), allow_nan=False) + "\n"
+
+
+def read_metrics(path: str) -> list:
+    """The records of a metrics.jsonl (or completions.jsonl); a null is a value that was not finite."""
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]

@@ -5,9 +5,9 @@ TensorBoard text, a W&B table).
 Both JSONL files are strict JSON: a value that is not finite (a NaN mean over no responses, an infinite norm) is
 written as null, never as the bare NaN / Infinity that json.dumps emits by default and most parsers reject.
 """
-import json
-import math
 import os
+
+from rl.log.loggers import build_loggers
 
 
 # Shown on the console line, in this order, when present.
@@ -28,7 +28,6 @@ class MetricsLogger:
         drops lines of later steps, left by a run that died after its last checkpoint, so no step appears twice.
         report_to: logger names (rl.log.loggers.report_backends); None: jsonl, and tensorboard when tensorboard_path is
         given. wandb: rl.log.loggers.WandbSettings for the wandb logger."""
-        from rl.log.loggers import build_loggers
         self.enabled = enabled
         self.path = os.path.join(output_dir, "metrics.jsonl")
         self.completions_path = os.path.join(output_dir, "completions.jsonl")
@@ -74,25 +73,3 @@ def _plain(v):
     if hasattr(v, "item"):
         v = v.item()
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
-
-
-def _finite_or_null(v):
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, dict):
-        return {k: _finite_or_null(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_finite_or_null(x) for x in v]
-    return v
-
-
-def to_json_line(record: dict) -> str:
-    """One strict-JSON line: non-finite numbers become null (allow_nan=False makes any that slipped through an
-    error here rather than a file other tools cannot read)."""
-    return json.dumps(_finite_or_null(record), allow_nan=False) + "\n"
-
-
-def read_metrics(path: str) -> list:
-    """The records of a metrics.jsonl (or completions.jsonl); a null is a value that was not finite."""
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]

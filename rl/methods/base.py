@@ -71,6 +71,11 @@ class Method:
         """May put method data in batch.extras (the same keys on every rank). Returns metrics."""
         return {}
 
+    @classmethod
+    def weighs_rewards_while_scoring(cls) -> bool:
+        """Whether the method overrides `scalarize` (MAESTRO's Conductor draws each response's weights there)."""
+        return cls.scalarize is not Method.scalarize
+
     def scalarize(self, batch: Rollout, components: dict):
         """Called by the scorer: None keeps its weighted sum of components (--reward_weights); a method that mixes
         rewards per response returns (Tensor[n] scores of this rank's rows, metrics)."""

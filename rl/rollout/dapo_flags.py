@@ -45,8 +45,7 @@ def validate_dapo(args, method, bad):
             bad(f"--filter_groups with --algo {args.algo}: its advantages are per turn, read from every turn's "
                 "verifier score, so a group whose trajectory scores tie may still carry signal; dynamic sampling "
                 "filters on one score per response and is refused here")
-        from rl.methods.base import Method
-        if method.scalarize is not Method.scalarize:
+        if method.weighs_rewards_while_scoring():
             bad(f"--filter_groups with --algo {args.algo}: the method weighs each response's rewards while scoring "
                 "and learns from the weights it drew (MAESTRO's Conductor); rounds whose groups are dropped would "
                 "teach it from responses that never reach the update")

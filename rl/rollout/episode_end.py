@@ -7,12 +7,11 @@ stop-at-success default. `auto` is resolved when the flags are parsed, so the ru
 EPISODE_END_CHOICES = ("auto", "success", "max_turns")
 
 
-def resolve_episode_end(value: str, algo: str) -> str:
-    """`auto` -> max_turns for a method whose paper refines for a fixed number of turns (its `fixed_turns`: tcpo,
-    mt_grpo), success otherwise; an explicit value is kept."""
+def resolve_episode_end(value: str, fixed_turns: bool) -> str:
+    """`auto` -> max_turns for a method whose paper refines for a fixed number of turns (its Method.fixed_turns:
+    tcpo, mt_grpo), success otherwise; an explicit value is kept."""
     if value == "auto":
-        from rl.methods import method_class
-        return "max_turns" if method_class(algo).fixed_turns else "success"
+        return "max_turns" if fixed_turns else "success"
     return value
 
 

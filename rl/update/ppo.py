@@ -13,7 +13,7 @@ from rl.engine import dist
 from rl.update.batching import batched_response_logprobs, micro_batches
 from rl.update.loss import policy_loss
 from rl.update.logprobs import response_logprobs
-from rl.rollout.vllm.backend import SamplerMismatch
+from rl.update.rollout_correction import SamplerMismatch
 
 # Per-token statistics, reported as token-weighted means over every rank's response tokens (actor/<name>).
 TOKEN_STATS = ("clipfrac", "clipfrac_lower", "approx_kl", "kl", "entropy")

