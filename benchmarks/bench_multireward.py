@@ -44,7 +44,7 @@ def main():
     p.add_argument("--eval_samples", type=int, default=100)
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--out", default=os.path.join(REPO, "output", "bench_multireward"))
-    p.add_argument("--results", default=os.path.join(REPO, "benchmarks", "results", "multireward"))
+    p.add_argument("--results", default=os.path.join(REPO, "experiments", "results", "multireward"))
     a = p.parse_args()
     deepspeed = os.path.join(os.path.dirname(sys.executable), "deepspeed")
     results = []

@@ -65,7 +65,7 @@ def main():
     p.add_argument("--eval_k", default="1,2,4")
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--out", default=os.path.join(REPO, "output", "bench_multiturn"))
-    p.add_argument("--results", default=os.path.join(REPO, "benchmarks", "results", "multiturn"))
+    p.add_argument("--results", default=os.path.join(REPO, "experiments", "results", "multiturn"))
     a = p.parse_args()
     deepspeed = os.path.join(os.path.dirname(sys.executable), "deepspeed")
     base = evaluate(os.path.join(REPO, ".cache", "models", "SmolLM2-135M-Instruct"), os.path.join(a.out, "base"), a)

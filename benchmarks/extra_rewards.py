@@ -17,7 +17,7 @@ def concise_answer(prompt, completion, sample):
 
     Why not the plain `length` reward: with it, SmolLM2 learned within 10 steps to answer every prompt with the
     literal text `\\boxed{number}` copied from the instruction (0 words, length reward 1, correctness 0), under
-    GRPO and GDPO alike (benchmarks/results/multireward_hackable_length.md). Abstaining on answer-less responses
+    GRPO and GDPO alike (experiments/results/multireward_hackable_length.md). Abstaining on answer-less responses
     removes that shortcut while keeping a length signal that most responses fail at first.
     """
     if extract_final_number(completion) is None:
@@ -46,7 +46,7 @@ def ends_with_boxed(prompt, completion, sample):
     The sparse reward of the DARA test (issue #20 item 3): stop right after the answer. The issue's example, a
     final line `Answer: N`, was met by 0 of 64 base-model samples (the prompt asks for \\boxed{}), so it could not
     be the 2-10% reward the test needs; this one was met by 5 of those 64 and its base rate is re-measured on an
-    independent sample in benchmarks/results/dara_vs_gdpo.md. It is compatible with correctness: the boxed number
+    independent sample in experiments/results/dara_vs_gdpo.md. It is compatible with correctness: the boxed number
     is the one the verifier reads.
     """
     return float(_ENDS_WITH_BOXED.search(completion) is not None)

@@ -1,4 +1,4 @@
-"""benchmarks/compare.py: pre-registered metric, config-hash cache, a killed sweep that resumes, a finished one reused."""
+"""experiments/compare.py: pre-registered metric, config-hash cache, a killed sweep that resumes, a finished one reused."""
 import json
 import os
 import shlex
@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from benchmarks import compare
+from experiments import compare
 from tests.helpers import REPO_ROOT
 from tests.test_train_deepspeed import TINY_RUN
 
@@ -61,7 +61,7 @@ def test_a_sweep_cannot_switch_its_deciding_metric_after_the_first_invocation(tm
 
 
 def test_a_sweep_continued_from_a_fresh_clone_keeps_the_archives_registration(tmp_path):
-    from benchmarks.compare_archive import archive_sweep_file, restore_sweep_file
+    from experiments.compare_archive import archive_sweep_file, restore_sweep_file
     first_cache, archive, fresh_cache = tmp_path / "c1", tmp_path / "archive", tmp_path / "c2"
     compare.preregister(str(first_cache / "s.sweep.json"), compare.parse_metric("eval:regression_rate:lower"), "grpo")
     archive_sweep_file(str(first_cache / "s.sweep.json"), str(archive))
@@ -135,7 +135,7 @@ def test_a_killed_sweep_resumes_where_it_stopped_and_a_finished_one_comes_from_i
     # 1. Kill the whole sweep (its process group, as Ctrl-C or a job scheduler does) once the first run is done.
     #    The script itself, in its own process: the later invocations run its main() here, which pays no interpreter
     #    start-up (each invocation's own work, the runs it starts included, is the same).
-    sweep = subprocess.Popen([sys.executable, "benchmarks/compare.py", *flags], cwd=REPO_ROOT,
+    sweep = subprocess.Popen([sys.executable, "experiments/compare.py", *flags], cwd=REPO_ROOT,
                              env=dict(os.environ, **env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)
     deadline = time.time() + 900

@@ -1,9 +1,9 @@
-"""benchmarks/compare_archive.py: the slim copy a sweep commits keeps the report's inputs and, compressed, the
+"""experiments/compare_archive.py: the slim copy a sweep commits keeps the report's inputs and, compressed, the
 responses behind them."""
 import gzip
 import json
 
-from benchmarks.compare_archive import PROBLEMS_GZ, archive_run
+from experiments.compare_archive import PROBLEMS_GZ, archive_run
 
 
 def test_the_archive_keeps_slim_results_and_the_responses_behind_them(tmp_path):

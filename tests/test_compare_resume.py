@@ -1,11 +1,11 @@
-"""benchmarks/compare.py: an interrupted run continues from its latest checkpoint instead of starting over."""
+"""experiments/compare.py: an interrupted run continues from its latest checkpoint instead of starting over."""
 import json
 import os
 import shutil
 
 import pytest
 
-from benchmarks import compare
+from experiments import compare
 from rl.log.loggers import read_metrics
 from tests.helpers import REPO_ROOT, run_train
 from tests.test_run_config import fake_checkpoint, flags

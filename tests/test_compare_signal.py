@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from benchmarks.compare import interrupted_state
+from experiments.compare import interrupted_state
 from tests.helpers import REPO_ROOT
 from tests.test_compare import _leftovers
 from tests.test_train_deepspeed import TINY_RUN
@@ -26,7 +26,7 @@ def _logged_a_step(cache) -> bool:
 def test_a_sigterm_to_compare_alone_saves_and_stops_its_training_run(tiny_model_dir, tmp_path):
     cache = tmp_path / "cache"
     max_steps = 500  # far more than the test waits for: the run is stopped, not finished
-    argv = [sys.executable, "benchmarks/compare.py", "--name", "sig", "--seeds", "1",
+    argv = [sys.executable, "experiments/compare.py", "--name", "sig", "--seeds", "1",
             "--method", "grpo=--algo grpo", "--method", "dr_grpo=--algo grpo --scale_rewards none",
             "--train_args", shlex.join(["--model_name_or_path", tiny_model_dir, "--max_steps", str(max_steps),
                                         "--dtype", "fp32", *TINY_RUN]),

@@ -1,7 +1,7 @@
-"""benchmarks/density_check.py: DARA's densities over the stretch before the sparse reward is learned."""
+"""experiments/density_check.py: DARA's densities over the stretch before the sparse reward is learned."""
 import json
 
-from benchmarks import density_check
+from experiments import density_check
 
 
 def _row(sparse_mean, rho_s, rho_d, w_s, w_d=1.0):

@@ -1,9 +1,9 @@
-"""benchmarks/kind_separation.py: the Conductor's per-kind emphasis over the last steps, per seed and over seeds."""
+"""experiments/kind_separation.py: the Conductor's per-kind emphasis over the last steps, per seed and over seeds."""
 import json
 
 import pytest
 
-from benchmarks import kind_separation
+from experiments import kind_separation
 
 
 def _rows(arith_fmt, describe_fmt, steps=4):

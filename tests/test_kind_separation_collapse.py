@@ -1,6 +1,6 @@
-"""benchmarks/kind_separation.py's per-seed top reward and collapse verdict (issue #42: the issue-19 sweep's Conductor
+"""experiments/kind_separation.py's per-seed top reward and collapse verdict (issue #42: the issue-19 sweep's Conductor
 put pi 0.999 on `len` for both prompt kinds)."""
-from benchmarks import kind_separation
+from experiments import kind_separation
 
 
 def _rows(arith_len, describe_len):

@@ -69,11 +69,11 @@ def test_rewards_and_envs_import_without_the_trainer_or_deepspeed():
     assert proc.stdout.strip() == "", f"importing rewards/ and envs/ loaded {proc.stdout.strip()}"
 
 
-@pytest.mark.parametrize("folder", ["benchmarks", "benchmarks/mechanisms", "scripts", "scripts/gpu"])
+@pytest.mark.parametrize("folder", ["benchmarks", "experiments", "experiments/mechanisms", "scripts", "scripts/gpu"])
 def test_no_script_folder_hides_a_package(folder):
     # `python benchmarks/x.py` puts benchmarks/ first on sys.path: a benchmarks/rewards.py there would be imported
     # instead of the rewards package (it was, until it became benchmarks/extra_rewards.py)
-    packages = {"rl", "rewards", "envs", "benchmarks", "tests"}
+    packages = {"rl", "rewards", "envs", "benchmarks", "experiments", "tests"}
     names = {name[:-3] for name in os.listdir(os.path.join(REPO_ROOT, folder)) if name.endswith(".py")}
     names |= {name for name in os.listdir(os.path.join(REPO_ROOT, folder))
               if os.path.isdir(os.path.join(REPO_ROOT, folder, name))}

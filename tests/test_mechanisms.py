@@ -1,6 +1,6 @@
-"""The mechanism testbeds (benchmarks/mechanisms/) run credo's own advantage code and find what they found.
+"""The mechanism testbeds (experiments/mechanisms/) run credo's own advantage code and find what they found.
 
-Each assertion is the direction a testbed found in its committed result (benchmarks/results/mechanisms_*.md), on
+Each assertion is the direction a testbed found in its committed result (experiments/results/mechanisms_*.md), on
 the first seeds of that run. The failure probability in each docstring is the chance that the assertion fails on as
 many *fresh* seeds (a code change that reshuffles the random streams without changing the mechanism), from the
 per-seed spread of the committed run: normal approximation of the paired mean, or the binomial of per-seed outcomes
@@ -11,8 +11,8 @@ import math
 import pytest
 import torch
 
-from benchmarks.mechanisms import dara_density, maestro_bandit, tcpo_refine
-from benchmarks.mechanisms.paired import bootstrap_ci, failure_probability, paired, sign_test_p
+from experiments.mechanisms import dara_density, maestro_bandit, tcpo_refine
+from experiments.mechanisms.paired import bootstrap_ci, failure_probability, paired, sign_test_p
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -1,4 +1,4 @@
-"""benchmarks/mechanisms/maestro_meta_reward.py: the analysis that splits a real MAESTRO run's Conductor gradient into
+"""experiments/mechanisms/maestro_meta_reward.py: the analysis that splits a real MAESTRO run's Conductor gradient into
 what the meta-reward pushes for and what its own action draws added (issue 42). Its numbers are only as good as its
 reconstruction of the run, so these check it against credo's own code: the advantages it recomputes, the exact level
 formula without std scaling, and the REINFORCE gradient rl/methods/maestro_conductor.py takes. A few seconds on one thread."""
@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from benchmarks.mechanisms import maestro_meta_reward as meta
+from experiments.mechanisms import maestro_meta_reward as meta
 from rl.advantages.maestro import batch_rank, maestro
 from rl.methods.maestro_conductor import Conductor, reinforce_loss
 from tests.test_mechanisms import one_thread  # noqa: F401 (the module's autouse fixture: tiny tensors, one thread)
@@ -107,7 +107,7 @@ def test_a_centred_run_is_split_under_the_meta_reward_it_learned_from(tmp_path):
 
 
 def test_the_summary_puts_runs_side_by_side_with_the_spread_over_runs(tmp_path):
-    from benchmarks.mechanisms import maestro_meta_reward_summary as summary
+    from experiments.mechanisms import maestro_meta_reward_summary as summary
     paths = []
     for seed in (0, 1):
         run = tmp_path / f"run{seed}"

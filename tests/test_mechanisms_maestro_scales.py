@@ -1,7 +1,7 @@
-"""benchmarks/mechanisms/maestro_scales.py: the Conductor separates two prompt kinds whose best rewards differ when
+"""experiments/mechanisms/maestro_scales.py: the Conductor separates two prompt kinds whose best rewards differ when
 the rewards share a scale, collapses onto a reward whose scale alone is shifted, and the batch-rank scale
 (--maestro_reward_scale's default) undoes the shift. A few seconds on one thread."""
-from benchmarks.mechanisms import maestro_scales
+from experiments.mechanisms import maestro_scales
 from tests.test_mechanisms import one_thread  # noqa: F401 (the module's autouse fixture: tiny tensors, one thread)
 
 SEEDS = range(4)

@@ -1,7 +1,7 @@
-"""benchmarks/mechanisms/maestro_shape.py: at equal batch-rank levels, GRPO's std scaling makes MAESTRO's meta-reward
+"""experiments/mechanisms/maestro_shape.py: at equal batch-rank levels, GRPO's std scaling makes MAESTRO's meta-reward
 favour a reward with a tied block at its top and disfavour one with a tied block at its bottom (issue 42); without
 the std division (--scale_rewards none, the centred meta-reward) neither shape is favoured. About 5 s on one thread."""
-from benchmarks.mechanisms import maestro_shape
+from experiments.mechanisms import maestro_shape
 from tests.test_mechanisms import one_thread  # noqa: F401 (the module's autouse fixture: tiny tensors, one thread)
 
 BATCHES = 1000

@@ -1,7 +1,7 @@
-"""benchmarks/rescore_turns.py: a recorded turn re-scored with the env's current verifier."""
+"""experiments/rescore_turns.py: a recorded turn re-scored with the env's current verifier."""
 import json
 
-from benchmarks import rescore_turns
+from experiments import rescore_turns
 
 
 def test_rescore_reads_the_chosen_turn_of_every_sample_with_the_current_verifier(tmp_path, capsys):

@@ -1,8 +1,8 @@
-"""benchmarks/response_audit.py: the share of final responses containing a string, per run and prompt kind."""
+"""experiments/response_audit.py: the share of final responses containing a string, per run and prompt kind."""
 import gzip
 import json
 
-from benchmarks import response_audit
+from experiments import response_audit
 
 
 def _problem(kind, finals, correct):

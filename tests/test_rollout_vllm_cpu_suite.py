@@ -60,7 +60,7 @@ def test_the_tcpo_sweep_script_plans_from_a_checkout_without_pythonpath():
     """The README's sweep command runs compare.py from .venv-vllm, which does not install credo: it failed with
     `No module named 'benchmarks'` unless the user set PYTHONPATH. --plan imports everything and runs nothing."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run(["bash", "benchmarks/sweeps/tcpo_vs_mtgrpo.sh", "--plan"], cwd=REPO_ROOT, env=env,
+    proc = subprocess.run(["bash", "experiments/sweeps/tcpo_vs_mtgrpo.sh", "--plan"], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "tcpo seed 3" in proc.stdout + proc.stderr

@@ -1,7 +1,7 @@
-"""benchmarks/sweep_curves.py: per-method means over seeds, keys a method does not log skipped."""
+"""experiments/sweep_curves.py: per-method means over seeds, keys a method does not log skipped."""
 import json
 
-from benchmarks import sweep_curves
+from experiments import sweep_curves
 
 
 def _run(root, name, method, seed, rows):

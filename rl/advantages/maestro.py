@@ -14,7 +14,7 @@ s_i = (1 - eta)/K sum_k r_ik + eta r_{i,a_i}, and with a context-only input (act
     E[s_i - mean_group(s) | a_i = k] = eta (1 - 1/G) (mu_k - sum_j pi_j mu_j),    mu_k = E[r_k | context].
 The Conductor's meta-reward therefore ranks the actions by each reward's mean *level* in that context: with GRPO's
 std scaling off (--scale_rewards none) exactly this, linear in every reward's offset and unit; with it, divided by
-the group's std of s (benchmarks/results/mechanisms_maestro_scales.md measures both). The paper (issue 6: "`ppl`,
+the group's std of s (experiments/results/mechanisms_maestro_scales.md measures both). The paper (issue 6: "`ppl`,
 `ent` (and `pref`) are rank-normalised to [0, 1] within each group before they are mixed") puts each reward on
 [0, 1] but leaves the levels unequal: a group rank has mean 0.5 in every group, `fmt` and `len` their own, so a
 reward whose level is simply higher wins every context (the issue-19 sweep: `len` at mean 0.72 against 0.5, pi 0.999
@@ -28,7 +28,7 @@ group's std makes a small margin earn about as much advantage as a large one (at
 sign of s_1 - s_2), so the meta-reward counts how often emphasising k lifts a response above its group, not by how
 much. At equal batch means a reward whose ranks sit mostly above 0.5 with a few far below (a tied block at its top:
 `len` once most responses are at or under --len_min tokens) is favoured, and one with a tied block at its bottom
-(`fmt` while most responses fail it) disfavoured (benchmarks/mechanisms/maestro_shape.py; on a real run's batches,
+(`fmt` while most responses fail it) disfavoured (experiments/mechanisms/maestro_shape.py; on a real run's batches,
 maestro_meta_reward.py). That bias is small beside the noise of the Conductor's own action draws at the small
 recipe's learning rate (issue 42: README, MAESTRO). --maestro_meta_reward centred (credo's reading,
 rl/methods/maestro.py) gives the Conductor s_i - mean_group(s), where the level formula above is exact.

@@ -28,7 +28,7 @@ def completion_records(batch, count: int) -> list:
     data (`extras`: MAESTRO's emphasis action, an index into its reward list, and its pi; TCPO's counterfactual
     scores per turn), the prompt's `kind` where the env gives one, and for multi-turn episodes every turn's text and
     score. With count >= the batch, every row: enough to recompute a step's advantages offline
-    (benchmarks/mechanisms/maestro_meta_reward.py does)."""
+    (experiments/mechanisms/maestro_meta_reward.py does)."""
     if count <= 0 or len(batch) == 0:
         return []
     records = []

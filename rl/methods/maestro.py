@@ -94,7 +94,7 @@ class Maestro(Method):
                             "(credo's reading, not the paper's): that mixed reward minus its group mean, without "
                             "--scale_rewards' std division. Under the std division the advantage counts how often a "
                             "response beats its group, not by how much, so at equal levels a reward's shape tilts the "
-                            "choice (a tied block at its top is favoured: issue 42, benchmarks/mechanisms/"
+                            "choice (a tied block at its top is favoured: issue 42, experiments/mechanisms/"
                             "maestro_shape.py); centred compares the rewards by their margins. The policy's advantage "
                             "is unchanged")
         g.add_argument("--maestro_emphasis", type=float, default=0.5,
