@@ -14,7 +14,7 @@
   equivalent spellings share a cache entry and a bad flag is refused before any run), the eval.py flags and the
   rank count. A run is complete once CACHE_DIR/<hash>/run.json exists (written atomically after train and eval
   succeed). An interrupted run continues from its latest complete checkpoint (train.py --resume auto, which restores
-  the weights, optimiser, data position and RNG: tests/test_fault_tolerance.py checks that a resumed run matches an
+  the weights, optimiser, data position and RNG: tests/run/test_fault_tolerance.py checks that a resumed run matches an
   uninterrupted one), or only re-evaluates when its training had finished; run.json records `resumed_from`.
   `--restart_interrupted` starts such a run over instead. A SIGTERM to compare.py stops the running train.py after
   its step and checkpoint (benchmarks/run_child.py) and exits 143. Long runs should pass --save_steps so that little is lost.

@@ -24,7 +24,7 @@ def committed_answers(completion: str, num_parts: int) -> list:
     The equation fallback is the multi-part counterpart of single-turn arith's "else the last number"
     (rewards/arith.py): SmolLM2-135M answers the three sums as "(1) 3 + 2 = 5" lines and almost never boxes them
     (1 of its 3,600 held-out sub-answers over three turns scored under boxes only), which leaves GRPO no signal
-    to learn from (benchmarks/results/tcpo_vs_mtgrpo.preregistration.md, revision 1)."""
+    to learn from (experiments/results/tcpo_vs_mtgrpo.preregistration.md, revision 1)."""
     boxes = boxed_answers(completion)
     if len(boxes) < num_parts:
         equations = equation_results(completion)

@@ -6,7 +6,7 @@ mount namespaces, as uid 65534 inside and its own unprivileged uid outside, with
 prefix) read-only: no other run, no checkout, no datasets, no network. One cgroup per run (v1 memory + pids)
 limits everything the run starts together, shared memory and children included; rlimits (CPU time, address
 space, file size, open files, processes) and the output caps stay as the inner layer; the whole tree is killed at
-the end. tests/test_sandbox_hostile.py attacks each of these.
+the end. tests/rewards/test_sandbox_hostile.py attacks each of these.
 
 Results that a program cannot fake (run_tests): the tests run in a second sandbox, in another interpreter, and
 reach the program's names only through requests over a pipe whose replies decode to plain values or handles

