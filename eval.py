@@ -18,26 +18,22 @@ import torch
 
 from envs import ENVS, env_class_from_flags
 from envs.base import EPISODE_ENDS
-from rl.config import DECODE_LOOPS, add_vllm_engine_flags
+from rl.config import DECODE_LOOPS, CredoArgumentParser, HelpFormatter, add_vllm_engine_flags
 from rl.engine.models import is_local_model_path
 from rl.rollout.data import DataError, load_rows
 from rl.rollout.data_files import check_data_path
 from rl.rollout.episode_end import check_env_supports
+from rl.run.saved_config import default_output_dir
 from rl.eval.evaluation import aggregate, evaluate, markdown_table, model_label, setting_differences
 from rl.engine.models import DEFAULT_MODEL_DIR, load_tokenizer
 
 
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """The module docstring's examples as written, and every flag's default (as train.py --help shows)."""
-
-    def _get_help_string(self, action):
-        if "default" in (action.help or "").lower():  # the help already says it (AppWorld's env-variable defaults)
-            return action.help
-        return super()._get_help_string(action)
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, HelpFormatter):
+    """The module docstring's examples as written, and each flag's default once (as train.py --help shows)."""
 
 
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=_HelpFormatter, allow_abbrev=False)
+    p = CredoArgumentParser(prog="eval.py", description=__doc__, formatter_class=_HelpFormatter, allow_abbrev=False)
     p.add_argument("--model_name_or_path", default=DEFAULT_MODEL_DIR, help="HF model folder (e.g. OUTPUT_DIR/final)")
     p.add_argument("--env", default="arith",
                    help=f"environment whose verifier scores answers: {', '.join(sorted(ENVS))}, or your own Env "
@@ -75,7 +71,9 @@ def build_parser():
     p.add_argument("--dtype", choices=("fp32", "bf16", "auto"), default="fp32",
                    help="dtype the model is loaded in; auto: train.py's rule (bf16 on CUDA and where the CPU's bf16 matmul "
                         "measured >= 1.25x fp32's speed, else fp32), printed at start (default fp32)")
-    p.add_argument("--output_dir", default=None, help="results.json and success_by_turn.png go here")
+    p.add_argument("--output_dir", default=None,
+                   help="results.json and success_by_turn.png go here; default: a new folder per evaluation, "
+                        "output/eval_<env>_<UTC time>")
     p.add_argument("--compare", default=None, help="another run's results.json to print side by side")
     p.add_argument("--label", default=None, help="also print `<label>: X` with X = 100 x pass@1")
     p.add_argument("--judge_model", default=None,
@@ -99,6 +97,8 @@ def validate(args):
         bad("--n > 1 with greedy decoding (--temperature 0) gives n identical samples; set --temperature")
     if args.max_turns < 1:
         bad("--max_turns must be >= 1")
+    if args.output_dir is None:  # every evaluation leaves its results.json (train.py names its folders the same way)
+        args.output_dir = default_output_dir("eval", args.env)
     if is_local_model_path(args.model_name_or_path):  # else a hub id (Qwen/Qwen3-4B) for transformers to resolve
         args.model_name_or_path = os.path.expanduser(args.model_name_or_path)
         if not os.path.exists(args.model_name_or_path):
@@ -239,11 +239,11 @@ def main(argv=None):
             f"{k} {100 * result['judge'][f'judge/{k}']:.1f}% [{100 * result['judge'][f'judge/{k}_ci_low']:.1f}, "
             f"{100 * result['judge'][f'judge/{k}_ci_high']:.1f}]" for k in ("win", "tie", "loss")), flush=True)
     print(markdown_table(metrics, other, names=names))
-    if args.output_dir:
-        os.makedirs(args.output_dir, exist_ok=True)
-        with open(os.path.join(args.output_dir, "results.json"), "w") as f:
-            json.dump(result, f, indent=1)
-        plot_success_by_turn(metrics, os.path.join(args.output_dir, "success_by_turn.png"))
+    os.makedirs(args.output_dir, exist_ok=True)  # rank 0 only: the other ranks returned above
+    with open(os.path.join(args.output_dir, "results.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    plot_success_by_turn(metrics, os.path.join(args.output_dir, "success_by_turn.png"))
+    print(f"results: {os.path.join(args.output_dir, 'results.json')}", flush=True)
     if args.label:
         print(f"{args.label}: {100 * metrics['pass@1']:.1f}", flush=True)
     return result

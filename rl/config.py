@@ -3,7 +3,10 @@
 System knobs keep DeepSpeed-Chat's names; method knobs keep verl/TRL names.
 """
 import argparse
+import difflib
 import os
+import re
+import sys
 
 from rl.rollout.episode_end import EPISODE_END_CHOICES, check_env_supports, resolve_episode_end
 from rl.update.loss import KL_TYPES, LOSS_AGG_MODES
@@ -14,15 +17,86 @@ from rl.scoring import add_policy_reward_flags, validate_open_domain_rewards
 from rl.run.saved_config import DEFAULT_SAVE_STEPS, SAVE_COST
 
 DECODE_LOOPS = ("credo", "hf_generate")
+SAVE_STRATEGIES = ("steps", "final", "no")
 # Default micro-batch cap: length-sorted micro-batches of 8 rows carry less padding than one 32-row block and bound
 # the activation memory of long multi-turn rows. The GPU launchers (scripts/gpu/common.sh) set their own.
 DEFAULT_MAX_MICRO_BATCH = 8
 
 
+# TRL's GRPOConfig / TrainingArguments names a newcomer types, answered with credo's (not accepted as aliases: several
+# count differently, e.g. TRL's per_device_train_batch_size counts completions, credo's batch counts prompts).
+TRL_NAMES = {
+    "--learning_rate": "--actor_learning_rate",
+    "--weight_decay": "--actor_weight_decay",
+    "--warmup_steps": "--num_warmup_steps",
+    "--max_grad_norm": "--gradient_clipping",
+    "--max_completion_length": "--max_answer_seq_len",
+    "--max_prompt_length": "--max_prompt_seq_len",
+    "--per_device_train_batch_size": "--per_device_generation_batch_size (prompts per rank; each gets "
+                                     "--num_generations responses)",
+    "--gradient_accumulation_steps": "--per_device_train_micro_batch_size (the update accumulates over micro-batches "
+                                     "of one rollout batch)",
+    "--num_iterations": "--ppo_epochs",
+    "--num_train_epochs": "--max_steps",
+    "--epsilon": "--clip_ratio_low",
+    "--epsilon_high": "--clip_ratio_high",
+    "--loss_type": "--loss_agg_mode",
+    "--bf16": "--dtype bf16",
+    "--fp16": "--dtype fp16",
+    "--use_vllm": "--rollout_backend vllm",
+    "--dataset_name": "--data_path",
+    "--logging_dir": "--tensorboard_path",
+    "--model_name": "--model_name_or_path",
+}
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Each default once: appended only where the help does not already say it, never `None`, booleans as on/off,
+    and paths inside the checkout shown relative to it (the default model is .cache/models/..., not an absolute
+    path of the machine that printed the help)."""
+
+    def _get_help_string(self, action):
+        text = (action.help or "").replace(" (default: %(default)s)", "")  # BooleanOptionalAction adds its own
+        default = action.default
+        if not action.option_strings or default in (None, argparse.SUPPRESS) or "default" in text.lower():
+            return text
+        if isinstance(action, argparse.BooleanOptionalAction) or isinstance(default, bool):
+            if default is False and action.nargs == 0 and not isinstance(action, argparse.BooleanOptionalAction):
+                return text  # a plain switch: off unless given
+            return f"{text} (default: {'on' if default else 'off'})"
+        if isinstance(default, str) and os.path.isabs(default):
+            from rl import REPO_ROOT
+            if default.startswith(REPO_ROOT + os.sep):
+                default = os.path.relpath(default, REPO_ROOT)
+        return f"{text} (default: {str(default).replace('%', '%%')})"
+
+
+class CredoArgumentParser(argparse.ArgumentParser):
+    """argparse with a short refusal: the bad flag, the nearest credo flag (or credo's name for a TRL one), and a
+    pointer to --help, instead of the whole usage block."""
+
+    def error(self, message):
+        lines = [f"{self.prog}: error: {message}"]
+        unknown = re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", message.split(":", 1)[1]) \
+            if message.startswith("unrecognized arguments") else []
+        known = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
+        for flag in dict.fromkeys(unknown):
+            name = flag.split("=", 1)[0]
+            if name in TRL_NAMES:
+                lines.append(f"  {name} is TRL's name; credo's is {TRL_NAMES[name]}")
+                continue
+            close = difflib.get_close_matches(name, known, n=2, cutoff=0.6)
+            if close:
+                lines.append(f"  {name}: did you mean {' or '.join(close)}?")
+        lines.append(f"  `{os.path.basename(sys.argv[0]) or self.prog} --help` lists every flag")
+        self.exit(2, "\n".join(lines) + "\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = CredoArgumentParser(
+        prog="train.py",
         description="credo: verifier-guided RL on one DeepSpeed ZeRO-3 actor. Launch with `deepspeed train.py ...`.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
+        formatter_class=HelpFormatter, allow_abbrev=False)
 
     g = p.add_argument_group("method and data")
     g.add_argument("--algo", choices=tuple(METHODS), default="grpo",
@@ -185,6 +259,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--output_dir", default=None,
                    help="checkpoints, metrics.jsonl, config.json, final HF export; default: a new folder per run, "
                         "output/<algo>_<env>_<UTC time> (pass an existing run's folder to resume it)")
+    g.add_argument("--save_strategy", choices=SAVE_STRATEGIES, default="steps",
+                   help="what a run writes to disk: steps = a full checkpoint every --save_steps and at the end, "
+                        "plus the HF export in OUTPUT_DIR/final (about 2.1 GB for SmolLM2-135M); final = only the HF "
+                        "export (0.5 GB; no optimizer state, so nothing to resume); no = nothing but metrics and "
+                        "logs (TRL's save_strategy names). Default steps")
     g.add_argument("--save_steps", type=int, default=DEFAULT_SAVE_STEPS,
                    help=f"full checkpoint (weights, fp32 Adam state, RNG, data position) every N steps and at the end "
                         f"(0 = only at the end). {SAVE_COST} At the CPU default's ~20 s per step, saving every "
@@ -297,6 +376,9 @@ def validate(args) -> None:
             bad("--dtype fp16 needs CUDA (loss-scaled fp16 has no CPU kernels here); use --dtype fp32 or bf16")
     if not 0 <= args.max_reward_error_rate <= 1:
         bad(f"--max_reward_error_rate must be in [0, 1], got {args.max_reward_error_rate}")
+    if args.save_strategy == "final" and args.no_final_export:
+        bad("--save_strategy final keeps only the final HF export, which --no_final_export turns off: use "
+            "--save_strategy no to save nothing")
     if args.max_bad_steps < 1:
         bad(f"--max_bad_steps must be >= 1, got {args.max_bad_steps}")
     if args.save_total_limit < 0 or args.save_steps < 0 or args.save_model_only_steps < 0:

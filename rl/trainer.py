@@ -210,9 +210,13 @@ class Trainer:
         return {"step": self.step, "data": self.data.state_dict(), "counters": dict(self.counters),
                 "scorer": self.scorer.state_dict(), "method": self.method.state_dict()}
 
-    def save(self):
+    def save(self) -> bool:
+        """A full checkpoint of the current state, unless --save_strategy final / no keeps none. True when saved."""
+        if not self.output.checkpoints:
+            return False
         save_checkpoint(self.actor, self.output.output_dir, self.step, self.trainer_state(),
                         self.output.save_total_limit, flags=self.run.flags)
+        return True
 
     def _on_signal(self, signum, frame):
         self.stop_signal = signal.Signals(signum).name
@@ -249,9 +253,12 @@ class Trainer:
             try:
                 metrics = self.train_step()
             except (RewardFailure, FilterGroupsExhausted):
-                # Save the state from before this step (no update was made): resuming retries the same batch.
+                # Save the state from before this step (no update was made): resuming retries the same batch. Before
+                # the first step of a fresh run that state is the start itself, which a rerun rebuilds for free: a
+                # failed start leaves no 1.6 GB checkpoint behind.
                 self._restore_step_start(*step_start)
-                self.save()
+                if self.step > 0 or self.run.resume is not None:
+                    self.save()
                 raise
             self.step += 1
             metrics.update(validation.after_step(self.step))
@@ -263,10 +270,11 @@ class Trainer:
             bar.update(1)
             if self._stop_requested():
                 bar.close()
-                self.save()
+                saved = self.save()
                 if self.rank == 0:
                     print(f"stopped by {self.stop_signal or 'a signal on another rank'} after step {self.step}; "
-                          f"checkpoint saved; continue with --output_dir {out.output_dir}", flush=True)
+                          + (f"checkpoint saved; continue with --output_dir {out.output_dir}" if saved else
+                             "nothing saved (--save_strategy keeps no checkpoints)"), flush=True)
                 return
             if out.save_steps and self.step % out.save_steps == 0 and self.step < self.steps:
                 self.save()

@@ -1,5 +1,7 @@
 """Envs for the launcher tests. A random tiny model almost never gets a sum right, so arith's 0/1 score would
 leave every group constant and every advantage 0: these give dense, learnable (or failing) scores."""
+import itertools
+
 from envs.arith import ArithEnv
 
 
@@ -19,6 +21,21 @@ class BrokenVerifierEnv(ArithEnv):
         def broken(prompt, text, sample):
             raise ConnectionError("reward server unreachable")
         return broken
+
+
+class DownAfterFirstStepEnv(DigitFractionEnv):
+    """A verifier that answers the first step's calls (8: the launcher tests' 2 prompts x 4 responses on one rank)
+    and then raises, as a reward server that goes down mid-run would."""
+
+    @classmethod
+    def make_verifier(cls, **kwargs):
+        score, calls = super().make_verifier(**kwargs), itertools.count(1)
+
+        def down_after_first_step(prompt, text, sample):
+            if next(calls) > 8:
+                raise ConnectionError("reward server unreachable")
+            return score(prompt, text, sample)
+        return down_after_first_step
 
 
 def half_reward(prompt, completion, sample):

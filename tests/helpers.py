@@ -90,11 +90,12 @@ def default_args(**overrides):
     """train.py's flag defaults as parsed (not validated), with overrides: a test that builds a Scorer or an episode
     driver by hand gets every flag those modules read, including flags added after the test was written."""
     from rl.config import build_parser
+    from rl.methods import method_class
     from rl.rollout.episode_end import resolve_episode_end
     args = build_parser().parse_args([])
     vars(args).update(overrides)
     args.episode_end_given = args.episode_end  # resolved as rl.config.validate does
-    args.episode_end = resolve_episode_end(args.episode_end, args.algo)
+    args.episode_end = resolve_episode_end(args.episode_end, method_class(args.algo).fixed_turns)
     return args
 
 

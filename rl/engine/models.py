@@ -4,6 +4,7 @@
 """
 import importlib.util
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -77,10 +78,19 @@ def load_tokenizer(path: str):
     return tokenizer
 
 
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # `org/name`: the hub's repo id form
+
+
 def is_local_model_path(value: str) -> bool:
-    """A model flag names a local folder when it exists, is absolute, or starts with `.` or `~`; anything else
-    (`Qwen/Qwen3-4B`) is a hub id that transformers and vLLM resolve themselves (not checked: no network here)."""
-    return os.path.exists(value) or os.path.isabs(value) or value.startswith((".", "~"))
+    """A model flag names a local folder when it exists, is absolute, starts with `.` or `~`, has a `/` but not the
+    hub's `org/name` form (`output/run/final`), or starts with a folder that exists here (`output/final`); anything
+    else (`Qwen/Qwen3-4B`, `gpt2`) is a hub id that transformers and vLLM resolve themselves (not checked: no network
+    here). A missing local folder is then refused in one line instead of a hub traceback."""
+    if os.path.exists(value) or os.path.isabs(value) or value.startswith((".", "~")):
+        return True
+    if "/" not in value:
+        return False
+    return not HUB_ID.match(value) or os.path.isdir(value.split("/", 1)[0])
 
 
 if __name__ == "__main__":

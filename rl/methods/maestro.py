@@ -84,17 +84,17 @@ class Maestro(Method):
                        help="the one scale the Conductor compares the rewards on, applied to the whole batch before "
                             "mixing: batch_rank (default; credo's reading, the paper is silent): each reward replaced "
                             "by its rank over the batch on [0, 1], so every reward has batch mean 0.5 and none wins a "
-                            "prompt kind by its offset or unit; none: as scored (the paper's scales, issue 6: fmt and "
+                            "prompt kind by its offset or unit; none: as scored (the paper's scales: fmt and "
                             "len raw on [0, 1], ppl/ent/pref group ranks with mean 0.5), under which the Conductor's "
-                            "meta-reward picks the reward with the highest level (the issue-19 sweep put pi 0.999 on "
-                            "len). Not --scale_rewards, which is GRPO's std scaling of the advantage")
+                            "meta-reward picks the reward with the highest level (a 3-seed sweep put pi 0.999 on "
+                            "len: experiments/README.md). Not --scale_rewards, which is GRPO's std scaling of the advantage")
         g.add_argument("--maestro_meta_reward", choices=META_REWARDS, default="advantage",
                        help="what the Conductor's REINFORCE update reads per response: advantage (default; the paper: "
                             "the GRPO group advantage of the response's mixed reward, under --scale_rewards); centred "
                             "(credo's reading, not the paper's): that mixed reward minus its group mean, without "
                             "--scale_rewards' std division. Under the std division the advantage counts how often a "
                             "response beats its group, not by how much, so at equal levels a reward's shape tilts the "
-                            "choice (a tied block at its top is favoured: issue 42, experiments/mechanisms/"
+                            "choice (a tied block at its top is favoured: experiments/mechanisms/"
                             "maestro_shape.py); centred compares the rewards by their margins. The policy's advantage "
                             "is unchanged")
         g.add_argument("--maestro_emphasis", type=float, default=0.5,

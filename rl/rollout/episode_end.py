@@ -10,6 +10,8 @@ EPISODE_END_CHOICES = ("auto", "success", "max_turns")
 def resolve_episode_end(value: str, fixed_turns: bool) -> str:
     """`auto` -> max_turns for a method whose paper refines for a fixed number of turns (its Method.fixed_turns:
     tcpo, mt_grpo), success otherwise; an explicit value is kept."""
+    if not isinstance(fixed_turns, bool):  # the old signature took the --algo name, which is always truthy
+        raise TypeError(f"fixed_turns must be the method's bool Method.fixed_turns, got {fixed_turns!r}")
     if value == "auto":
         return "max_turns" if fixed_turns else "success"
     return value

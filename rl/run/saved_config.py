@@ -31,7 +31,7 @@ VERSIONED_PACKAGES = ("torch", "deepspeed", "transformers", "tokenizers", "datas
 # machines; --max_steps may be raised to train a finished run further.
 HARMLESS_FLAGS = frozenset({
     "max_steps", "enable_test_mode", "test_stop_step",
-    "output_dir", "resume", "save_steps", "save_total_limit", "save_model_only_steps", "no_final_export",
+    "output_dir", "resume", "save_strategy", "save_steps", "save_total_limit", "save_model_only_steps", "no_final_export",
     "enable_tensorboard", "tensorboard_path",
     "local_rank", "dist_timeout_minutes", "actor_zero_stage", "offload", "enable_hybrid_engine",
     "rollout_backend", "decode_loop", "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size", "vllm_sleep_level",

@@ -35,6 +35,7 @@ class _OtherRankFailed(SystemExit):
 class OutputSettings:
     """Where a run writes and how often it saves; read once start_run has resolved --output_dir."""
     output_dir: str
+    checkpoints: bool            # --save_strategy steps: full checkpoints (periodic, at the end, on a signal or abort)
     save_steps: int              # a full checkpoint every N steps (0 = only at the end and on a signal)
     save_total_limit: int        # complete checkpoints kept (0 = all)
     save_model_only_steps: int   # an HF export under hf/step_N every N steps (0 = off)
@@ -48,8 +49,9 @@ class OutputSettings:
         if args.output_dir is None:
             raise ValueError("OutputSettings.from_args before start_run resolved --output_dir")
         report_to = report_backends(args.report_to, args.enable_tensorboard)
-        return cls(output_dir=args.output_dir, save_steps=args.save_steps, save_total_limit=args.save_total_limit,
-                   save_model_only_steps=args.save_model_only_steps, final_export=not args.no_final_export,
+        return cls(output_dir=args.output_dir, checkpoints=args.save_strategy == "steps", save_steps=args.save_steps,
+                   save_total_limit=args.save_total_limit, save_model_only_steps=args.save_model_only_steps,
+                   final_export=args.save_strategy != "no" and not args.no_final_export,
                    tensorboard_path=args.tensorboard_path if "tensorboard" in report_to else None,
                    report_to=report_to, wandb=WandbSettings.from_args(args, plain_flags(args)) if "wandb" in report_to else None)
 

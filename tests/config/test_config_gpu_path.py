@@ -16,9 +16,19 @@ from rl.engine.models import is_local_model_path
     ("../models/mine", True),
     ("~/models/mine", True),
     ("/models/mine", True),
+    ("output/grpo_arith_smollm2/final", True),  # not the hub's org/name form: a folder, refused when missing
 ])
 def test_hub_ids_and_local_paths_are_told_apart(value, local):
     assert is_local_model_path(value) is local
+
+
+def test_a_missing_model_folder_under_an_existing_folder_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    os.makedirs("output")
+    assert is_local_model_path("output/final")  # org/name in form, but output/ is a folder here
+    with pytest.raises(SystemExit) as exc:
+        parse_args(["--model_name_or_path", "output/final", "--dtype", "fp32"])
+    assert str(exc.value) == "train.py: error: --model_name_or_path output/final does not exist"
 
 
 def test_an_existing_relative_folder_is_local(tmp_path, monkeypatch):

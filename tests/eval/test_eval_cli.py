@@ -124,3 +124,13 @@ def test_vllm_backend_without_vllm_is_refused_naming_the_flag(tmp_path, capsys):
     proc = eval_in_process(["--model_name_or_path", str(tmp_path), "--rollout_backend", "vllm"], capsys)
     assert proc.returncode != 0
     assert "--rollout_backend vllm" in proc.stderr and "setup_vllm_cpu.sh" in proc.stderr
+
+
+def test_without_output_dir_an_eval_still_writes_its_results_file(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # the default folder is relative: output/eval_<env>_<UTC time>
+    proc = eval_in_process(["--model_name_or_path", tiny_model_dir, "--limit", "3", "--max_new_tokens", "2"], capsys)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (folder,) = (tmp_path / "output").iterdir()
+    assert folder.name.startswith("eval_arith_")
+    assert json.loads((folder / "results.json").read_text())["metrics"]["pass@1"] >= 0
+    assert f"results: {os.path.join('output', folder.name, 'results.json')}" in proc.stdout

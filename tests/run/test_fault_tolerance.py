@@ -110,17 +110,17 @@ def test_sigterm_finishes_the_step_saves_and_exits_zero(tiny_model_dir, tmp_path
     assert latest_checkpoint(os.path.join(out, "checkpoints")) == f"step_{steps[-1]}"
 
 
-def test_a_reward_that_always_raises_stops_the_run_with_a_checkpoint(tiny_model_dir, tmp_path):
+def test_a_reward_that_starts_raising_stops_the_run_with_a_checkpoint_of_the_state_before(tiny_model_dir, tmp_path):
     out = str(tmp_path)
     args = ["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, *ZERO3]
-    args[args.index("tests.fixture_envs:DigitFractionEnv")] = "tests.fixture_envs:BrokenVerifierEnv"
+    args[args.index("tests.fixture_envs:DigitFractionEnv")] = "tests.fixture_envs:DownAfterFirstStepEnv"
     proc = run_train(args, launcher=False)
     assert proc.returncode != 0
     text = proc.stdout + proc.stderr
-    assert "reward calls failed at step 1" in text and "--max_reward_error_rate" in text
+    assert "reward calls failed at step 2" in text and "--max_reward_error_rate" in text
     assert "ConnectionError" in text  # the counted errors are logged with their cause
-    assert latest_checkpoint(os.path.join(out, "checkpoints")) == "step_0"
-    assert not os.path.exists(os.path.join(out, "metrics.jsonl")) or not read_metrics(os.path.join(out, "metrics.jsonl"))
+    assert latest_checkpoint(os.path.join(out, "checkpoints")) == "step_1"  # resuming retries step 2's batch
+    assert [r["step"] for r in read_metrics(os.path.join(out, "metrics.jsonl"))] == [1]
 
 
 def test_a_nan_step_is_skipped_and_repeated_nan_steps_stop_the_run(tiny_model_dir, tmp_path):
