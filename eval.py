@@ -18,11 +18,13 @@ import torch
 
 from envs import ENVS, env_class_from_flags
 from envs.base import EPISODE_ENDS
-from rl.config import DECODE_LOOPS, CredoArgumentParser, HelpFormatter, add_vllm_engine_flags
+from rl.config import CredoArgumentParser, HelpFormatter
 from rl.engine.models import is_local_model_path
 from rl.rollout.data import DataError, load_rows
 from rl.rollout.data_files import check_data_path
 from rl.rollout.episode_end import check_env_supports
+from rl.rollout.samplers import DECODE_LOOPS
+from rl.rollout.vllm.backend import add_vllm_engine_flags, validate_rollout_backend
 from rl.run.saved_config import default_output_dir
 from rl.eval.evaluation import aggregate, evaluate, markdown_table, model_label, setting_differences
 from rl.engine.models import DEFAULT_MODEL_DIR, load_tokenizer
@@ -126,11 +128,10 @@ EVAL_VLLM_FIXED = dict(vllm_tensor_parallel_size=1, vllm_sleep_level=0, vllm_is_
 
 
 def validate_vllm(args, bad):
-    """--rollout_backend vllm: train.py's checks of the same flags (rl.config.validate_rollout_backend)."""
+    """--rollout_backend vllm: train.py's checks of the same flags (rl.rollout.vllm.backend.validate_rollout_backend)."""
     if args.rollout_backend != "vllm":
         return
     vars(args).update(EVAL_VLLM_FIXED)
-    from rl.config import validate_rollout_backend
     validate_rollout_backend(args, bad)
 
 

@@ -15,12 +15,13 @@ from envs.base import SUCCESS_THRESHOLD
 from rewards.base import RewardCaller
 from rewards.pooled import PooledRewards
 from rewards.policy_rewards import POLICY_REWARDS, PolicyRewards, PolicyRewardSettings, normalise
-from rewards.registry import CORRECTNESS, reward_spec
+from rewards.registry import CORRECTNESS, build_reward_fn, reward_spec
 from rl.engine import dist
 from rl.engine.models import is_local_model_path
 from rl.advantages.stats import group_mean_std, last_present
 from rl.rollout.episode_end import env_kwargs
 from rl.errors import RewardFailure, TrainingAborted
+from rl.methods.base import parse_weights
 
 
 @dataclass(frozen=True)
@@ -270,3 +271,60 @@ def check_reward_model_path(args, bad):
         path = args.reward_model_name_or_path = os.path.expanduser(path)
         if not os.path.exists(path):
             bad(f"--reward_model_name_or_path {path} does not exist")
+
+
+def add_reward_flags(p):
+    """The rewards' flags: what scores a response and how its calls are run."""
+    g = p.add_argument_group("rewards")
+    g.add_argument("--reward_funcs", default="correctness",
+                   help="comma list of rewards: correctness (the env's verifier), format, length, the open-domain "
+                        "rewards fmt, ppl (NOVER), ent (EM-GRPO), len, pref (rewards/policy_rewards.py), or "
+                        "package.module:function: credo's fn(prompt, completion, sample) returning a float, a dict of "
+                        "components, or None to abstain, or TRL's f(prompts, completions, **kwargs) returning a list")
+    g.add_argument("--reward_weights", default=None,
+                   help="comma list, one weight per reward component (default 1 each); GRPO sums weighted components")
+    g.add_argument("--format_style", default="boxed", help="format reward: boxed, tags, or a regular expression")
+    g.add_argument("--length_limit", type=int, default=20,
+                   help="length reward: 1 when the reasoning part (before the final answer) has at most this many words")
+    g.add_argument("--code_workers", type=int, default=2,
+                   help="env steps (verifier calls, sandboxed programs) run in parallel per rank")
+    g.add_argument("--reward_timeout", type=float, default=10.0,
+                   help="seconds per reward call (a --reward_funcs call, an env step); a call past it scores 0 and "
+                        "counts as failed, and a --reward_funcs call's worker process is killed")
+    g.add_argument("--reward_workers", type=int, default=8,
+                   help="worker processes per rank running --reward_funcs calls at once, so a step whose calls all "
+                        "hang costs about one --reward_timeout")
+    g.add_argument("--max_reward_error_rate", type=float, default=0.5,
+                   help="stop (with a checkpoint of the state before the step) when more than this fraction of "
+                        "one reward function's own calls in a step fail")
+
+
+def validate_rewards(args, method, bad):
+    """--reward_funcs becomes a list and each name is checked (built once); then its weights, the open-domain
+    rewards' flags, the method's reward count (its rl/methods/ class `method`), and how the calls run."""
+    args.reward_funcs = [name.strip() for name in args.reward_funcs.split(",") if name.strip()]
+    if not args.reward_funcs:
+        bad("--reward_funcs is empty")
+    for name in args.reward_funcs:
+        if name != CORRECTNESS and name not in POLICY_REWARDS:
+            try:
+                build_reward_fn(name, args)
+            except KeyError as exc:
+                bad(exc.args[0])
+    if len(set(args.reward_funcs)) != len(args.reward_funcs):
+        bad(f"--reward_funcs lists a reward twice: {','.join(args.reward_funcs)}")
+    short = [name.rpartition(":")[2] for name in args.reward_funcs]  # the metric names: reward/<name>/...
+    if len(set(short)) != len(short):
+        bad(f"--reward_funcs: two rewards would report under one name ({','.join(short)}); rename a function")
+    if len(args.reward_funcs) < method.min_rewards:
+        bad(f"--algo {args.algo} normalises each reward separately and needs at least "
+            f"{ {2: 'two', 3: 'three'}.get(method.min_rewards, method.min_rewards)} rewards; "
+            f"got --reward_funcs {','.join(args.reward_funcs)} (e.g. --reward_funcs correctness,length)")
+    parse_weights(args, "reward_weights", bad)
+    validate_open_domain_rewards(args, bad)
+    if args.code_workers < 1:
+        bad(f"--code_workers must be >= 1, got {args.code_workers}")
+    if not args.reward_timeout > 0 or args.reward_workers < 1:
+        bad(f"--reward_timeout must be > 0 and --reward_workers >= 1, got {args.reward_timeout}, {args.reward_workers}")
+    if not 0 <= args.max_reward_error_rate <= 1:
+        bad(f"--max_reward_error_rate must be in [0, 1], got {args.max_reward_error_rate}")

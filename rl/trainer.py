@@ -82,7 +82,7 @@ class Trainer:
             score_alternative=self.scorer.score_alternative, rank=self.rank, world=self.world))
         # what the sampling pass records so that TCPO's surprisal and `ent` need no forward (rl/rollout/sampling_signals.py)
         self.sampling_signals = self.method.sampling_signals() | self.scorer.sampling_signals()
-        # DAPO (rl/rollout/dapo_flags.py): dynamic sampling rounds, the overlong punishment, the truncated-completion mask
+        # DAPO (rl/rollout/dynamic_sampling.py, rl/update/length_shaping.py): dynamic sampling rounds, the overlong punishment, the truncated-completion mask
         self.filter = FilterSettings.from_args(args, per_component=method_class(args.algo).min_rewards > 1)
         self.lengths = LengthSettings.from_args(args)
         self.step = 0

@@ -16,7 +16,7 @@ from deepspeed.accelerator import get_accelerator
 from deepspeed.runtime.hybrid_engine import DeepSpeedHybridEngine
 
 from rl.engine.lora import AdaptersOffReference, LoraSettings, lora_param_group, wrap_with_lora
-from rl.engine.zero_config import zero3_parameter_knobs
+from rl.engine.zero_config import resolve_zero_stage, zero3_parameter_knobs
 
 logger = logging.getLogger(__name__)
 # transformers holds only a weak reference to the HfDeepSpeedConfig it reads (`is_deepspeed_zero3_enabled`, which
@@ -335,3 +335,51 @@ def prepare_actor_model(model, gradient_checkpointing: bool, lora: LoraSettings)
     if gradient_checkpointing:
         enable_gradient_checkpointing(model)
     return wrap_with_lora(model, lora)
+
+
+def add_engine_flags(p):
+    """The engine's flags: the optimiser and DeepSpeed's system knobs."""
+    g = p.add_argument_group("engine: optimiser and DeepSpeed")
+    g.add_argument("--actor_learning_rate", type=float, default=2e-5, help="AdamW learning rate")
+    g.add_argument("--actor_weight_decay", type=float, default=0.0, help="AdamW weight decay")
+    g.add_argument("--lr_scheduler_type", choices=("constant", "linear", "cosine"), default="constant",
+                   help="schedule after warmup")
+    g.add_argument("--num_warmup_steps", type=int, default=0, help="linear warmup steps")
+    g.add_argument("--gradient_clipping", type=float, default=1.0, help="global grad-norm clip (0 = off)")
+    g.add_argument("--actor_zero_stage", type=int, choices=(0, 1, 2, 3), default=None,
+                   help="ZeRO stage of actor and reference. Default: 0 in one process (DeepSpeed-Chat's single_gpu "
+                        "scripts; one-rank ZeRO-3 copies every micro-batch's gradients, rl/engine/zero_config.py), 3 on "
+                        "several ranks or with --offload")
+    g.add_argument("--offload", action="store_true", help="ZeRO-Offload of parameters and optimizer state to CPU")
+    g.add_argument("--dtype", choices=("fp32", "bf16", "fp16", "auto"), default="auto",
+                   help="training dtype; auto = bf16 on CUDA, and on a CPU only where a bf16 matmul probe measured >= 1.25x "
+                        "fp32's speed on this machine (kept in .cache/hardware/; AVX2-only CPUs emulate bf16 at ~0.01x), "
+                        "else fp32; printed at start. fp16 (loss-scaled) is CUDA only")
+    g.add_argument("--enable_hybrid_engine", action="store_true",
+                   help="DeepSpeed hybrid engine for generation (CUDA and an architecture whose DeepSpeed 0.19 "
+                        "container fits transformers 5.x: bloom, gptj, gpt_neo, untested; not llama, gpt_neox, qwen, "
+                        "opt: rl/engine/actor.py says why; elsewhere one warning and gather-and-generate)")
+    g.add_argument("--gradient_checkpointing", action="store_true",
+                   help="recompute each decoder layer's activations in backward (transformers' checkpointing, "
+                        "use_reentrant=False): less activation memory for more compute")
+    g.add_argument("--dist_timeout_minutes", type=float, default=30.0,
+                   help="timeout of every collective of DeepSpeed's process group (and of the groups in which "
+                        "credo shares prompts between tensor-parallel ranks); vLLM builds its own tensor-parallel "
+                        "groups, which keep vLLM's timeouts")
+
+
+def validate_engine(args, bad):
+    """--dtype auto is resolved here, once, so the run's config and every rank record the dtype used; then the
+    ZeRO stage (rl/engine/zero_config.py) and what it allows."""
+    if args.dtype == "auto":
+        from rl.engine.hardware import auto_dtype_name
+        args.dtype, why = auto_dtype_name(torch.cuda.is_available())
+        if os.environ.get("RANK", "0") == "0":
+            print(f"--dtype auto: {args.dtype} ({why})", flush=True)
+    if args.dtype == "fp16" and not torch.cuda.is_available():
+        bad("--dtype fp16 needs CUDA (loss-scaled fp16 has no CPU kernels here); use --dtype fp32 or bf16")
+    if args.dist_timeout_minutes <= 0:
+        bad(f"--dist_timeout_minutes must be > 0, got {args.dist_timeout_minutes}")
+    resolve_zero_stage(args)
+    if args.offload and args.actor_zero_stage == 0:
+        bad("--offload moves ZeRO partitions to the CPU and needs --actor_zero_stage 1, 2 or 3 (got 0)")

@@ -198,3 +198,23 @@ def read_metrics(path: str) -> list:
     """The records of a metrics.jsonl (or completions.jsonl); a null is a value that was not finite."""
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def add_log_flags(p):
+    """What a run logs besides the metrics' backends."""
+    g = p.add_argument_group("log: TensorBoard and completions")
+    g.add_argument("--enable_tensorboard", action="store_true",
+                   help="write TensorBoard events (DeepSpeed-Chat's flag: adds tensorboard to --report_to); off")
+    g.add_argument("--tensorboard_path", default=None, help="TensorBoard folder; default OUTPUT_DIR/tensorboard")
+    g.add_argument("--log_completions", type=int, default=2,
+                   help="sampled completions per step written to OUTPUT_DIR/completions.jsonl (and TensorBoard text "
+                        "with --enable_tensorboard), 0 = none")
+
+
+def validate_log(args, bad):
+    """--log_completions, the --report_to backends, and TensorBoard's folder (OUTPUT_DIR/tensorboard by default)."""
+    if args.log_completions < 0:
+        bad(f"--log_completions must be >= 0, got {args.log_completions}")
+    validate_loggers(args, bad)  # --report_to, --tensorboard_path
+    if args.tensorboard_path is None and args.output_dir is not None:  # else set with the default output dir
+        args.tensorboard_path = os.path.join(args.output_dir, "tensorboard")

@@ -121,3 +121,12 @@ def weights_tensor(values, batch: GlobalBatch, flag: str):
         raise ValueError(f"--{flag} has {len(values)} entries for {len(batch.components)} reward components "
                          f"({', '.join(batch.components)})")
     return torch.tensor(values, dtype=torch.float64)
+
+
+def add_advantage_flags(p):
+    """The advantage flags several methods share (each method's own are its add_flags)."""
+    g = p.add_argument_group("advantages (shared by several methods)")
+    g.add_argument("--scale_rewards", choices=("group", "batch", "none"), default="group",
+                   help="GRPO std scaling: group std, batch std, or none (Dr.GRPO)")
+    g.add_argument("--final_norm", choices=("response", "token", "none"), default="response",
+                   help="GDPO/DARA batch normalisation of the summed advantage (token = verl's masked whitening)")

@@ -123,3 +123,23 @@ class PromptStream:
         if state["num_rows"] != len(self.rows):
             raise DataError(f"resumed data has {len(self.rows)} rows, the checkpoint was trained on {state['num_rows']}")
         self.position = state["position"]
+
+
+def add_data_flags(p):
+    """The training data's flags (rl/config.py composes every room's)."""
+    g = p.add_argument_group("data")
+    g.add_argument("--data_path", default=None,
+                   help="training rows: .jsonl, .json, .csv, .tsv, .parquet, .arrow, a save_to_disk folder or an HF "
+                        "dataset folder, or a comma list of these to mix (required for --env math; arith generates "
+                        "its own)")
+    g.add_argument("--data_split", default="train",
+                   help="split of a --data_path folder that has several (DatasetDict, HF dataset folder); a file is "
+                        "read whole")
+    g.add_argument("--prompt_key", default="problem",
+                   help="field of a --data_path row holding the prompt (not needed when the env makes its own data)")
+    g.add_argument("--answer_key", default="answer",
+                   help="field of a --data_path row holding the reference answer (not needed when the env makes its "
+                        "own data)")
+    g.add_argument("--num_train_samples", type=int, default=20000, help="rows drawn for arith's train split")
+    g.add_argument("--skip_bad_rows", action="store_true",
+                   help="skip malformed data rows (reporting how many) instead of stopping at the first")

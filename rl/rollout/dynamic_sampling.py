@@ -112,3 +112,42 @@ def collect_groups(draw, settings: FilterSettings, quota: int, pad_token_id: int
                "filter_groups/kept_groups": kept, "filter_groups/responses": responses,
                "filter_groups/frac_dropped": zero / max(drawn, 1.0)}
     return batch, metrics
+
+
+# --- the flags (DAPO 3.2; rl/config.py composes every room's) ---
+DEFAULT_MAX_ROUNDS = 10  # the DAPO recipe's max_num_gen_batches in verl
+
+
+def add_dynamic_sampling_flags(p):
+    g = p.add_argument_group("rollout: DAPO's dynamic sampling")
+    g.add_argument("--filter_groups", action="store_true",
+                   help="dynamic sampling (DAPO 3.2, verl's algorithm.filter_groups): drop prompt groups whose "
+                        "responses all score the same (--filter_groups_metric) and draw more prompts, a whole "
+                        "rollout round at a time, until every rank holds --per_device_generation_batch_size groups")
+    g.add_argument("--filter_groups_metric", choices=FILTER_METRICS, default="reward",
+                   help="what a group must vary in: reward = what the method's advantage reads (the scalar reward; "
+                        "each component for gdpo and dara); correctness = the env verifier's score (verl's acc, the "
+                        "DAPO recipe's choice)")
+    g.add_argument("--filter_groups_max_rounds", type=int, default=DEFAULT_MAX_ROUNDS,
+                   help="rollout rounds per step at most (verl's max_num_gen_batches; the DAPO recipe's 10); a step "
+                        "that still lacks groups then stops the run with an error and a checkpoint of the state "
+                        "before it, as verl does; 0 = no cap")
+
+
+def validate_dynamic_sampling(args, method, bad):
+    """The dynamic-sampling flags against each other and the method (its rl/methods/ class `method`)."""
+    if args.filter_groups_max_rounds < 0:
+        bad(f"--filter_groups_max_rounds must be >= 0 (0 = no cap), got {args.filter_groups_max_rounds}")
+    if not args.filter_groups and (args.filter_groups_metric != "reward"
+                                   or args.filter_groups_max_rounds != DEFAULT_MAX_ROUNDS):
+        bad("--filter_groups_metric / --filter_groups_max_rounds are set but dynamic sampling is off: add "
+            "--filter_groups")
+    if args.filter_groups:
+        if method.turn_level:
+            bad(f"--filter_groups with --algo {args.algo}: its advantages are per turn, read from every turn's "
+                "verifier score, so a group whose trajectory scores tie may still carry signal; dynamic sampling "
+                "filters on one score per response and is refused here")
+        if method.weighs_rewards_while_scoring():
+            bad(f"--filter_groups with --algo {args.algo}: the method weighs each response's rewards while scoring "
+                "and learns from the weights it drew (MAESTRO's Conductor); rounds whose groups are dropped would "
+                "teach it from responses that never reach the update")

@@ -31,3 +31,30 @@ def env_kwargs(args, env_cls) -> dict:
     if getattr(env_cls, "supports_episode_end", False):
         return {"episode_end": getattr(args, "episode_end", "success")}
     return {}
+
+
+def add_episode_flags(p, fixed_turn_methods: list, trajectory_methods: list):
+    """The multi-turn flags. The two lists (--algo names whose Method.fixed_turns is set, and whose credit is per
+    trajectory) only fill the help: this room sits below the methods and does not import them."""
+    g = p.add_argument_group("rollout: multi-turn (verify and refine)")
+    g.add_argument("--max_turns", type=int, default=1,
+                   help="turns per episode: after a wrong answer the env gives feedback and the model tries again")
+    g.add_argument("--episode_end", choices=EPISODE_END_CHOICES, default="auto",
+                   help="verify-and-refine envs: end at the first success, or play every --max_turns turn (a correct "
+                        "turn is told so and may keep or improve its answer); auto = max_turns for "
+                        + " and ".join(fixed_turn_methods) + " (their papers' protocol), success otherwise")
+    g.add_argument("--traj_score", choices=("final", "best"), default="final",
+                   help="trajectory reward for trajectory-level methods (" + ", ".join(trajectory_methods)
+                        + ") on multi-turn envs")
+
+
+def validate_episodes(args, method, correctness: str, bad):
+    """--max_turns against the method (its rl/methods/ class) and the rewards: a multi-turn episode is scored by the
+    env's verifier (`correctness`, the --reward_funcs name of it) alone."""
+    if args.max_turns < 1:
+        bad(f"--max_turns must be >= 1, got {args.max_turns}")
+    if method.turn_level and args.max_turns < 2:
+        bad(f"--algo {args.algo} assigns credit to turns and needs --max_turns >= 2 (got {args.max_turns})")
+    if args.max_turns > 1 and args.reward_funcs != [correctness]:
+        bad("multi-turn episodes (--max_turns > 1) are scored by the env's verifier only; "
+            f"drop --reward_funcs {','.join(args.reward_funcs)}")

@@ -5,6 +5,7 @@ when the update makes several passes); ppo_update runs --ppo_epochs passes over 
 backward, DeepSpeed step) and keeps per-token stat sums by name, which UpdateTally.metrics reduces over ranks in
 one all_reduce.
 """
+import argparse
 from dataclasses import dataclass, field
 
 import torch
@@ -13,7 +14,12 @@ from rl.engine import dist
 from rl.update.batching import batched_response_logprobs, micro_batches
 from rl.update.loss import policy_loss
 from rl.update.logprobs import response_logprobs
+from rl.update.loss import KL_TYPES, LOSS_AGG_MODES
 from rl.update.rollout_correction import SamplerMismatch
+
+# Default micro-batch cap: length-sorted micro-batches of 8 rows carry less padding than one 32-row block and bound
+# the activation memory of long multi-turn rows. The GPU launchers (scripts/gpu/common.sh) set their own.
+DEFAULT_MAX_MICRO_BATCH = 8
 
 # Per-token statistics, reported as token-weighted means over every rank's response tokens (actor/<name>).
 TOKEN_STATS = ("clipfrac", "clipfrac_lower", "approx_kl", "kl", "entropy")
@@ -138,3 +144,44 @@ def ppo_update(engine, batch, settings: LossSettings, guard) -> UpdateTally:
             stats["entropy"] = (entropy * mask).sum() / max(tokens, 1.0)
             tally.add(stats, float(loss.detach()), tokens)
     return tally
+
+
+def add_update_flags(p):
+    """The update's flags: micro-batches, epochs, the clipped loss and its KL term."""
+    g = p.add_argument_group("update: micro-batches and the loss")
+    g.add_argument("--per_device_train_micro_batch_size", type=int, default=None,
+                   help="responses per forward/backward (gradient accumulation over the rest); rows are sorted by "
+                        "length and each micro-batch trimmed to its own padding (rl/update/batching.py). Default: the largest "
+                        f"divisor of the rank's responses up to {DEFAULT_MAX_MICRO_BATCH}")
+    g.add_argument("--ppo_epochs", type=int, default=1, help="optimizer passes over each rollout batch")
+    g.add_argument("--skip_zero_advantage_rows", action=argparse.BooleanOptionalAction, default=True,
+                   help="the update leaves out responses whose every token advantage is exactly 0 (a GRPO group "
+                        "whose responses all scored alike): their policy-gradient term is exactly 0, so the step is "
+                        "the same up to float rounding and its forward/backward cost falls by their share "
+                        "(train/rows_skipped_frac); actor/entropy and clipfrac are then over the trained responses. "
+                        "Never with --beta > 0, whose KL term they do carry. credo's reading: verl and TRL train on "
+                        "every row")
+    g.add_argument("--beta", type=float, default=0.0, help="KL coefficient to the frozen reference; 0 skips loading it")
+    g.add_argument("--kl_type", choices=KL_TYPES, default="k3", help="KL estimator (k3 = verl low_var_kl)")
+    g.add_argument("--clip_ratio_low", type=float, default=0.2, help="PPO clip below 1 (epsilon)")
+    g.add_argument("--clip_ratio_high", type=float, default=0.2, help="PPO clip above 1 (DAPO clip-higher uses 0.28)")
+    g.add_argument("--clip_ratio_c", type=float, default=3.0, help="dual-clip bound for negative advantages (> 1)")
+    g.add_argument("--loss_agg_mode", choices=LOSS_AGG_MODES, default="token-mean", help="verl loss aggregation")
+
+
+def validate_update(args, bad):
+    """--ppo_epochs, the micro-batch (resolved here to its default: the largest divisor of the rank's responses up
+    to DEFAULT_MAX_MICRO_BATCH), the dual clip and the KL coefficient."""
+    if args.ppo_epochs < 1:
+        bad(f"--ppo_epochs must be >= 1, got {args.ppo_epochs}")
+    n = args.per_device_generation_batch_size * args.num_generations
+    largest_divisor = max(d for d in range(1, DEFAULT_MAX_MICRO_BATCH + 1) if n % d == 0)
+    micro = args.per_device_train_micro_batch_size or largest_divisor
+    if micro < 1 or n % micro:
+        bad(f"--per_device_train_micro_batch_size {micro} must divide the {n} responses per rank "
+            f"(per_device_generation_batch_size x num_generations)")
+    args.per_device_train_micro_batch_size = micro
+    if args.clip_ratio_c <= 1:
+        bad(f"--clip_ratio_c must be > 1 (dual clip), got {args.clip_ratio_c}")
+    if args.beta < 0:
+        bad(f"--beta must be >= 0, got {args.beta}")

@@ -42,3 +42,12 @@ class SamplerMismatch:
         return {"rollout/logp_diff_max": dist.all_reduce(torch.tensor([self.max_gap]), op="max").item(),
                 "rollout/logp_diff_mean": sums[0].item() / tokens,
                 "rollout/tis_capped_frac": sums[1].item() / tokens}
+
+
+def add_rollout_correction_flags(p):
+    """The rollout correction's flags."""
+    g = p.add_argument_group("update: rollout correction (vLLM)")
+    g.add_argument("--vllm_is_correction", choices=("none", "tis"), default="none",
+                   help="tis: truncated importance sampling, each token's loss x min(exp(logp_trainer - logp_vllm), "
+                        "--vllm_is_cap), for the mismatch between vLLM's and the trainer's log-probs")
+    g.add_argument("--vllm_is_cap", type=float, default=2.0, help="TIS weight cap C (verl's rollout_is_threshold: 2)")

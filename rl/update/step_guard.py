@@ -77,3 +77,15 @@ class StepGuard:
                 f"{self.counters['bad_steps_in_row']} consecutive steps had non-finite loss or gradients "
                 f"(--max_bad_steps {self.max_bad_steps}); stopping. The last good checkpoint in "
                 f"{self.checkpoint_dir} is untouched.")
+
+
+def add_step_guard_flags(p):
+    """The non-finite step guard's flag."""
+    g = p.add_argument_group("update: non-finite steps")
+    g.add_argument("--max_bad_steps", type=int, default=3,
+                   help="stop after this many consecutive steps with non-finite loss or gradients (each is skipped)")
+
+
+def validate_step_guard(args, bad):
+    if args.max_bad_steps < 1:
+        bad(f"--max_bad_steps must be >= 1, got {args.max_bad_steps}")

@@ -17,13 +17,16 @@ def test_train_help_for_env_names_every_registered_env_and_module_class():
     assert "module:Class" in text
 
 
-def test_eval_help_shows_the_default_of_every_flag():
+def test_eval_help_shows_the_default_of_every_flag_that_has_one():
+    # a flag whose default is None (unset) or a plain off switch shows none: "(default: None)" was noise
     parser = eval_cli.build_parser()
     formatter = parser.formatter_class(prog="eval.py")
     missing = [a.option_strings[0] for a in parser._actions
-               if a.option_strings and a.dest != "help" and "default" not in (formatter._get_help_string(a) or "")]
+               if a.option_strings and a.dest != "help" and a.default is not None and a.default is not False
+               and "default" not in (formatter._get_help_string(a) or "")]
     assert missing == []
     assert "(default: 200)" in parser.format_help()  # --limit
+    assert "(default: None)" not in parser.format_help()
 
 
 @pytest.mark.parametrize("build,argv", [(build_parser, ["--max_step", "3"]),

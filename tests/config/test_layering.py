@@ -87,8 +87,8 @@ FLOOR_ORDER = (
     "rl.config",       # composes each room's flags
     "rl.eval",         # evaluation (plays episodes), validation during training, the judge
     "rl.run",          # run start, saved config, checkpoints, manifest, best checkpoint, launcher ranks
-    "rl.methods",      # one module per --algo (and MAESTRO's Conductor, TCPO's counterfactuals)
     "rl.scoring",      # every reward of a rollout
+    "rl.methods",      # one module per --algo (and MAESTRO's Conductor, TCPO's counterfactuals)
     "rl.log",          # metrics, loggers, completions
     "rl.update",       # log-probs, batching, losses, rollout correction, the PPO step
     "rl.rollout",      # data, episodes, samplers, decode loop, vLLM

@@ -1,4 +1,4 @@
-"""The DAPO flags (rl/rollout/dapo_flags.py): in --help with their defaults, and every combination credo cannot make correct
+"""The DAPO flags (rl/rollout/dynamic_sampling.py, rl/update/length_shaping.py): in --help with their defaults, and every combination credo cannot make correct
 refused at parse time naming the flag."""
 import subprocess
 import sys
