@@ -14,7 +14,7 @@ from rl.config import parser_defaults
 from rl.engine import dist
 from rl.methods import StepContext, build_method, method_class
 from rl.run.checkpoint import checkpoint_root, export_hf, load_checkpoint, rng_state, save_checkpoint, set_rng_state
-from rl.rollout.data import DataSettings, PromptStream, training_rows
+from rl.rollout.data import DataSettings, PromptStream, repeated_rows_warning, training_rows
 from rl.rollout.dynamic_sampling import FilterGroupsExhausted, FilterSettings, collect_groups
 from rl.log.completions import completion_records
 from rl.engine.actor import EngineSettings, build_actor, build_reference, set_cpu_threads
@@ -62,6 +62,10 @@ class Trainer:
         self.tokenizer = load_tokenizer(args.model_name_or_path)
         data = DataSettings.from_args(args)
         self.data = PromptStream(training_rows(data), data.seed)
+        repeated = repeated_rows_warning(len(self.data.rows), args.per_device_generation_batch_size * self.world,
+                                         f"--data_path {args.data_path}" if args.data_path else f"--env {args.env}")
+        if repeated and self.rank == 0:
+            print(f"WARNING: {repeated}", flush=True)
         # every reward, computed once: --reward_funcs or the method's own (MAESTRO's)
         self.scorer = Scorer(ScoringSettings.from_args(args, method_class(args.algo).reward_names(args)))
         # --enable_test_mode stops the loop early (DeepSpeed-Chat); the LR schedule still spans --max_steps.

@@ -64,7 +64,7 @@ def build_tiny_reward_model(model_dir: str, out_dir: str, seed: int = 1) -> str:
 
 
 def run_train(args: list, num_ranks: int = 1, timeout: int = 600, launcher: bool = True, port: int = None,
-              faults: list = None):
+              faults: list = None, pythonpath: list = ()):
     """Run train.py under the real `deepspeed` launcher (or plain python with launcher=False); with `faults`
     (tests/faults.py's flags, e.g. ["--nan_loss_at_steps", "2"]) it runs through tests.faults instead.
 
@@ -74,7 +74,9 @@ def run_train(args: list, num_ranks: int = 1, timeout: int = 600, launcher: bool
         import pytest
         pytest.fail(f"{os.environ.get('PYTEST_CURRENT_TEST', 'this test').split(' ')[0]} launches train.py but is "
                     "not marked slow: add @pytest.mark.slow (or pytestmark = pytest.mark.slow)", pytrace=False)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=REPO_ROOT, TOKENIZERS_PARALLELISM="false")
+    # pythonpath: a user's own folders (their reward or env modules) ahead of the checkout
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([*pythonpath, REPO_ROOT]),
+               TOKENIZERS_PARALLELISM="false")
     if "--dtype" not in args:  # --dtype auto means bf16 on AMX / AVX-512 BF16 CPUs: keep the suite's runs exact fp32
         args = [*args, "--dtype", "fp32"]
     script = ["train.py"] if faults is None else ["--module" if launcher else "-m", "tests.faults", *faults]

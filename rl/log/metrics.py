@@ -12,7 +12,8 @@ from rl.log.loggers import build_loggers
 
 # Shown on the console line, in this order, when present.
 CONSOLE_KEYS = (("reward/mean", "reward"), ("success_rate", "success"), ("frac_zero_std_groups", "zero_std"),
-                ("response_length/mean", "len"), ("avg_turns", "turns"), ("regression_rate", "regress"),
+                ("response_length/mean", "len"), ("response_length/truncated_frac", "trunc"), ("avg_turns", "turns"),
+                ("regression_rate", "regress"),
                 ("conductor/entropy", "conductor_H"), ("actor/kl", "kl"), ("actor/entropy", "ent"),
                 ("actor/clipfrac", "clip"), ("actor/grad_norm", "gnorm"), ("time/step", "s/step"))
 # Method metrics with one entry per reward, shown on the console as label_<reward>.

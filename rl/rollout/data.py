@@ -90,6 +90,15 @@ def training_rows(settings: DataSettings) -> list:
     return rows
 
 
+def repeated_rows_warning(num_rows: int, global_batch: int, source: str) -> str | None:
+    """A warning when one step's batch needs more prompts than the data holds: each row is then drawn more than
+    once into the same step (as separate groups of the same prompt), which a user of a 4-row file did not expect."""
+    if num_rows >= global_batch:
+        return None
+    return (f"{source} has {num_rows} rows and a step takes {global_batch} prompts (--per_device_generation_batch_size "
+            f"x ranks): each row appears about {global_batch / num_rows:.1f} times in every step's batch")
+
+
 class PromptStream:
     """Global batches of prompts in a seeded order, reshuffled each epoch; position is part of the state.
 

@@ -38,9 +38,8 @@ def punish_overlong(batch, s: LengthSettings):
 
 
 def shaping_metrics(batch, inputs, s: LengthSettings, eos_ids) -> dict:
-    """reward/overlong/mean (the mean penalty, 0 = none) and response_length/truncated_frac, over every rank."""
-    if not s.active:
-        return {}
+    """response_length/truncated_frac (every step, on the console line: responses cut at --max_answer_seq_len
+    learn nothing about how to end), and reward/overlong/mean (the mean penalty, 0 = none), over every rank."""
     truncated = truncated_rows(batch.turn_ids, batch.response_ids, eos_ids)
     counts = dist.all_reduce(torch.tensor([float(truncated.sum()), float(len(truncated))], dtype=torch.float64))
     out = {"response_length/truncated_frac": (counts[0] / counts[1].clamp(min=1)).item()}

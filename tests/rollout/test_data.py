@@ -160,3 +160,10 @@ def test_data_readme_points_only_at_files_that_exist_and_states_their_row_counts
     for name, rows in re.findall(r"^\| `([^`]+\.jsonl)` \| (\d+) \|", text, flags=re.M):
         with open(os.path.join(REPO_ROOT, "data", name), "rb") as f:
             assert sum(1 for line in f if line.strip()) == int(rows), name
+
+
+def test_a_file_smaller_than_one_step_s_batch_is_named_in_a_warning():
+    from rl.rollout.data import repeated_rows_warning
+    assert repeated_rows_warning(8, 8, "--data_path x.jsonl") is None
+    text = repeated_rows_warning(4, 8, "--data_path x.jsonl")
+    assert text.startswith("--data_path x.jsonl has 4 rows and a step takes 8 prompts") and "2.0 times" in text
