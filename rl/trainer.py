@@ -22,7 +22,7 @@ from rl.log.env_metrics import env_metrics
 from rl.update.length_shaping import LengthSettings, mask_truncated, punish_overlong, shaping_metrics
 from rl.log.metrics import MetricsLogger
 from rl.engine.models import load_tokenizer
-from rl.rollout.episodes import run_episodes
+from rl.rollout.episodes import EpisodeSettings, run_episodes
 from rl.log.refinement_metrics import refinement_metrics
 from rl.rollout.samplers import make_sampler
 from rl.errors import RewardFailure
@@ -89,6 +89,7 @@ class Trainer:
         # DAPO (rl/rollout/dynamic_sampling.py, rl/update/length_shaping.py): dynamic sampling rounds, the overlong punishment, the truncated-completion mask
         self.filter = FilterSettings.from_args(args, per_component=method_class(args.algo).min_rewards > 1)
         self.lengths = LengthSettings.from_args(args)
+        self.episodes = EpisodeSettings.from_args(args)
         self.step = 0
         self.guard = StepGuard(args.max_bad_steps, args.actor_zero_stage, checkpoint_root(self.output.output_dir))
         self.stop_signal = None
@@ -126,7 +127,7 @@ class Trainer:
         samples = [row for row in rows for _ in range(g)]
         envs = [self.scorer.new_env() for _ in samples]
         return run_episodes(self.sampler, self.tokenizer, envs, samples, torch.tensor(ids).repeat_interleave(g),
-                            self.scorer.safe_step, a, timings, signals=self.sampling_signals)
+                            self.scorer.safe_step, self.episodes, timings, signals=self.sampling_signals)
 
     def score(self, batch, timings):
         t0 = time.perf_counter()

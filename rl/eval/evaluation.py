@@ -75,7 +75,7 @@ def evaluate(model, tokenizer, rows, args, show_progress: bool = True, indices: 
 
     `indices` are the rows' positions in the whole eval set (a rank's shard), the default id of a row without one.
     """
-    from rl.rollout.episodes import run_episodes  # here: the metrics above need no model stack
+    from rl.rollout.episodes import EpisodeSettings, run_episodes  # here: the metrics above need no model stack
     from rl.rollout.samplers import make_sampler
     indices = list(range(len(rows))) if indices is None else indices
     verifier = args.env_cls.make_verifier(answer_key=args.answer_key)
@@ -95,7 +95,7 @@ def evaluate(model, tokenizer, rows, args, show_progress: bool = True, indices: 
                              max_turns=args.max_turns, **env_kwargs(args, args.env_cls),
                              **args.env_cls.settings_from_args(args)) for _ in chunk]
         batch = run_episodes(sampler, tokenizer, envs, [row for _, row in chunk], torch.tensor([p for p, _ in chunk]),
-                             lambda env, text: env.step(text), args, {})
+                             lambda env, text: env.step(text), EpisodeSettings.from_args(args), {})
         for (p, _), env, scores, conversation in zip(chunk, envs, batch.turn_scores.tolist(), batch.conversations):
             taken = [s for s in scores if s == s]  # drop NaN (turns not taken)
             record = env.episode_record()  # env-specific extras (AppWorld: task id, checks passed)

@@ -64,6 +64,15 @@ class MaestroConfig:
     maestro_reward_scale: str
     maestro_meta_reward: str
     scale_rewards: str
+    maestro_lr: float            # the Conductor's (resolved from --maestro_recipe when unset)
+    maestro_entropy_coef: float
+    maestro_update_interval: int
+    maestro_tau_init: float
+    maestro_hidden_norm: str
+    seed: int
+    per_device_train_micro_batch_size: int  # the KL-in-reward forwards (response_kl)
+    temperature: float
+    kl_type: str
 
 
 class Maestro(Method):
@@ -171,10 +180,11 @@ class Maestro(Method):
             return
         self.names = self.reward_names(args)
         model = getattr(ctx.actor, "module", ctx.actor)
-        self.learner = ConductorLearner(hidden_size(model), len(self.names), lr=args.maestro_lr,
-                                        entropy_coef=args.maestro_entropy_coef,
-                                        update_interval=args.maestro_update_interval, tau_init=args.maestro_tau_init,
-                                        hidden_norm=args.maestro_hidden_norm, seed=args.seed)
+        c = self.config
+        self.learner = ConductorLearner(hidden_size(model), len(self.names), lr=c.maestro_lr,
+                                        entropy_coef=c.maestro_entropy_coef,
+                                        update_interval=c.maestro_update_interval, tau_init=c.maestro_tau_init,
+                                        hidden_norm=c.maestro_hidden_norm, seed=c.seed)
         # The Conductor lives on the CPU, with the scores and reward components it mixes and the CPU generator its
         # actions are sampled from; only the actor's hidden states come from the GPU (moved in `weights`). On the
         # actor's device its actions were CUDA tensors mixed with CPU components: every GPU step failed.
@@ -185,7 +195,7 @@ class Maestro(Method):
         The reference log-probs are kept on the batch, so the loss does not compute them a second time."""
         from rl.update.batching import batched_response_logprobs
         from rl.update.loss import kl_penalty
-        ctx, a = self.ctx, self.args
+        ctx, a = self.ctx, self.config
         micro = a.per_device_train_micro_batch_size
         ctx.actor.eval()
         logp = batched_response_logprobs(ctx.actor, batch.input_ids, batch.attention_mask, batch.prompt_len,

@@ -21,6 +21,9 @@ class TCPOConfig:
     tcpo_first_turn_prior: str
     tcpo_no_retro: bool
     tcpo_no_hind: bool
+    tcpo_cf_samples: int      # the counterfactuals' own flags (rl/methods/tcpo_counterfactuals.py)
+    tcpo_cf_select: str
+    temperature: float        # the rollout's, which the counterfactual alternatives are sampled at
 
 
 class TCPO(Method):
@@ -59,7 +62,7 @@ class TCPO(Method):
 
     def sampling_signals(self):
         """The turn surprisal of --tcpo_cf_select topl comes from the sampled tokens' log-probs."""
-        wanted = self.args.tcpo_cf_budget > 0 and self.args.tcpo_cf_select == "topl"
+        wanted = self.config.tcpo_cf_budget > 0 and self.config.tcpo_cf_select == "topl"
         return frozenset({"logp"}) if wanted else frozenset()
 
     def after_score(self, batch, timings):
@@ -67,7 +70,7 @@ class TCPO(Method):
         ["counterfactual"] Tensor[n, T] (NaN = none)."""
         from rl.methods.tcpo_counterfactuals import counterfactuals  # imported here: it pulls in the generation code
         ctx = self.ctx
-        cf, count = counterfactuals(ctx.actor, ctx.sampler, ctx.tokenizer, batch, ctx.score_alternative, self.args,
+        cf, count = counterfactuals(ctx.actor, ctx.sampler, ctx.tokenizer, batch, ctx.score_alternative, self.config,
                                     timings)
         batch.extras["counterfactual"] = cf
         return {"tcpo/cf_turns": float(count), "tcpo/cf_applied": float(torch.isfinite(cf).sum())}

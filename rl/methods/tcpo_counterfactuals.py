@@ -49,14 +49,14 @@ def rollout_logprobs(engine, batch, temperature: float) -> torch.Tensor:
                                      micro=16)
 
 
-def candidate_turns(turn_scores: torch.Tensor, args) -> torch.Tensor:
+def candidate_turns(turn_scores: torch.Tensor, config) -> torch.Tensor:
     """Tensor[N, T] bool: the turns that may get counterfactuals, TCPO's eligible turns (non-improving and before
     success): a turn after a solution has preservation/regression credit, and tcpo() would ignore its cf."""
-    return eligible_turns(turn_scores, args.tcpo_tau, getattr(args, "tcpo_first_turn_prior", "zero"))
+    return eligible_turns(turn_scores, config.tcpo_tau, getattr(config, "tcpo_first_turn_prior", "zero"))
 
 
 @torch.no_grad()
-def counterfactuals(engine, sampler, tokenizer, batch, score_fn, args, timings) -> tuple:
+def counterfactuals(engine, sampler, tokenizer, batch, score_fn, config, timings) -> tuple:
     """Returns (cf Tensor[N, T], number of turns that got alternatives).
 
     engine: the actor (the surprisal forward where the sampler recorded no log-probs); sampler: the run's sampler
@@ -68,33 +68,33 @@ def counterfactuals(engine, sampler, tokenizer, batch, score_fn, args, timings) 
     t0 = time.perf_counter()
     n, num_turns = batch.turn_scores.shape
     cf = torch.full((n, num_turns), float("nan"))
-    candidates = candidate_turns(batch.turn_scores, args)
+    candidates = candidate_turns(batch.turn_scores, config)
     # Every rank of a ZeRO-3 engine must make the same forward/generate calls (each gathers parameters
     # collectively), so a rank without candidates still takes part when another rank has some.
     any_candidates = candidates.any() if not sampler.lockstep else \
         dist.all_reduce(torch.tensor([float(candidates.any())]), op="max").item() > 0
-    if args.tcpo_cf_budget <= 0 or not any_candidates:
+    if config.tcpo_cf_budget <= 0 or not any_candidates:
         timings["counterfactual"] = time.perf_counter() - t0
         return cf, 0
     pairs = candidates.nonzero().tolist()
-    if args.tcpo_cf_select == "topl":
-        surprisal = turn_surprisal(rollout_logprobs(engine, batch, args.temperature), batch.turn_ids, num_turns)
+    if config.tcpo_cf_select == "topl":
+        surprisal = turn_surprisal(rollout_logprobs(engine, batch, config.temperature), batch.turn_ids, num_turns)
         pairs.sort(key=lambda ik: -surprisal[ik[0], ik[1]].item())
     else:
         random.Random(int(batch.group_ids[0]) * 7919 + n).shuffle(pairs)
-    chosen = pairs[:args.tcpo_cf_budget]
+    chosen = pairs[:config.tcpo_cf_budget]
 
     contexts = []
     for i, k in chosen:
         real = batch.input_ids[i][batch.attention_mask[i].bool()].tolist()
         prompt_tokens = int(batch.attention_mask[i, :batch.prompt_len].sum())
         start = int((batch.turn_ids[i] == k).nonzero()[0])  # first model token of turn k in the response part
-        contexts += [real[:prompt_tokens + start]] * args.tcpo_cf_samples
+        contexts += [real[:prompt_tokens + start]] * config.tcpo_cf_samples
     alternatives, _ = sampler.generate(contexts, timings)
     eos = set(sampler.eos_ids)
     for j, (i, k) in enumerate(chosen):
         texts = [tokenizer.decode([t for t in alt if t not in eos])
-                 for alt in alternatives[j * args.tcpo_cf_samples:(j + 1) * args.tcpo_cf_samples]]
+                 for alt in alternatives[j * config.tcpo_cf_samples:(j + 1) * config.tcpo_cf_samples]]
         scores = [score_fn(batch.envs[i], text) for text in texts]
         if any(s is None for s in scores):
             continue

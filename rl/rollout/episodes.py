@@ -8,6 +8,7 @@ tests/rollout/test_episodes.py: decoding the whole sequence gives the chat-templ
 """
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import torch
 
@@ -40,13 +41,27 @@ def any_live(sampler, live: list) -> bool:
     return dist.all_reduce(torch.tensor([float(len(live))]), op="max").item() > 0
 
 
+@dataclass(frozen=True)
+class EpisodeSettings:
+    """What the episode driver reads of the flags."""
+    max_turns: int           # --max_turns
+    max_prompt_seq_len: int  # --max_prompt_seq_len: a longer first prompt is left-truncated
+    code_workers: int = 1    # --code_workers: env steps run in parallel (eval.py has no such flag: 1)
+
+    @classmethod
+    def from_args(cls, args) -> "EpisodeSettings":
+        return cls(max_turns=args.max_turns, max_prompt_seq_len=args.max_prompt_seq_len,
+                   code_workers=getattr(args, "code_workers", 1))
+
+
 @torch.no_grad()
-def run_episodes(sampler, tokenizer, envs: list, samples: list, group_ids: torch.Tensor, step_fn, args, timings,
-                 signals=frozenset()):
+def run_episodes(sampler, tokenizer, envs: list, samples: list, group_ids: torch.Tensor, step_fn,
+                 settings: EpisodeSettings, timings, signals=frozenset()):
     """Play N episodes (one env instance each) and lay them out for training.
 
     Args:
         sampler: generates every turn (rl/rollout/samplers.py; `make_sampler(args, model, tokenizer)`).
+        settings: EpisodeSettings (any object with its fields: the tests pass parsed flags).
         envs: N fresh env instances; samples: N dataset rows; group_ids: Tensor[N] (same id = same prompt).
         step_fn: step_fn(env, text) -> StepResult, the guarded env.step (failures come back as done, score 0).
         signals: what the sampler records for later stages (rl/rollout/sampling_signals.py), laid out as batch.signals.
@@ -57,14 +72,14 @@ def run_episodes(sampler, tokenizer, envs: list, samples: list, group_ids: torch
     Raises:
         EnvContractError at the first reset or step that returns the wrong type (rl/rollout/env_contract.py).
     """
-    n, max_turns = len(envs), args.max_turns
+    n, max_turns = len(envs), settings.max_turns
     eos = sampler.eos_ids
     conversations = [check_reset(env, env.reset(sample)) for env, sample in zip(envs, samples)]
     violations = []  # contract violations of env.step, recorded even where step_fn's guard swallows them
     for env in envs:
         env.step = ContractCheckedStep(env, violations)
     first_user_messages = [c[-1]["content"] for c in conversations]  # the `prompt` reward functions see
-    prompt_ids, prompt_mask = encode_prompts(tokenizer, conversations, args.max_prompt_seq_len)
+    prompt_ids, prompt_mask = encode_prompts(tokenizer, conversations, settings.max_prompt_seq_len)
     prompts = [prompt_ids[i][prompt_mask[i].bool()].tolist() for i in range(n)]
     segments = [[] for _ in range(n)]                 # (token list, turn index or -1 for feedback)
     sampler_logps = [[] for _ in range(n)]            # per segment: the sampler's log-probs (vLLM), else None
@@ -84,7 +99,7 @@ def run_episodes(sampler, tokenizer, envs: list, samples: list, group_ids: torch
         outputs, logps, recorded = sampler.generate_with_signals(contexts, timings, signals)
         texts = [tokenizer.decode([t for t in tokens if t not in eos]) for tokens in outputs]
         t0 = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=max(1, getattr(args, "code_workers", 1))) as pool:
+        with ThreadPoolExecutor(max_workers=max(1, getattr(settings, "code_workers", 1))) as pool:
             results = list(pool.map(step_fn, [envs[i] for i in live], texts))  # envs are independent
         if violations:
             raise violations[0]

@@ -6,6 +6,7 @@ import torch
 from rewards.policy_rewards import group_rank_normalize
 from rl.advantages import grpo, maestro
 from rl.advantages.maestro import batch_rank, emphasis_weights, mixed_reward, scale_rewards
+from tests.helpers import default_args
 
 
 def test_emphasis_weights_put_eta_on_the_chosen_reward_and_share_the_rest():
@@ -96,7 +97,7 @@ def test_batch_advantage_follows_the_scores_the_hook_mixed_not_equal_weights():
     scores = mixed_reward(rewards, weights)
     inputs = GlobalBatch(scores=scores, group_ids=gids, lengths=torch.ones(4),
                          components={"a": rewards[:, 0], "b": rewards[:, 1]})
-    flags = SimpleNamespace(maestro_weights="random", maestro_emphasis=0.5, maestro_kl_in_reward=0.0,
+    flags = default_args(maestro_weights="random", maestro_emphasis=0.5, maestro_kl_in_reward=0.0,
                             maestro_reward_scale="batch_rank", maestro_meta_reward="advantage", scale_rewards="group")
     adv, _ = Maestro(flags).advantages(inputs)
     torch.testing.assert_close(adv, grpo(scores, gids))
@@ -116,7 +117,7 @@ def test_scalarize_mixes_the_batch_ranked_rewards_and_logs_each_rewards_level_pe
     components = {"fmt": torch.tensor([1.0, 1.0, 0.0, 1.0]), "len": torch.tensor([2.0, 3.0, 4.0, 5.0])}
     batch = Batch(group_ids=torch.tensor([0, 0, 1, 1]), policy_hidden=torch.zeros(4, 3), extras={},
                   samples=[{"kind": "x"}, {"kind": "x"}, {"kind": "y"}, {"kind": "y"}], reward_raw=components)
-    flags = SimpleNamespace(maestro_weights="equal", maestro_emphasis=0.5, maestro_kl_in_reward=0.0,
+    flags = default_args(maestro_weights="equal", maestro_emphasis=0.5, maestro_kl_in_reward=0.0,
                             maestro_reward_scale="batch_rank", maestro_meta_reward="advantage", scale_rewards="group",
                             maestro_rewards=["fmt", "len"],
                             reward_model_name_or_path=None, maestro_lr=0.0, maestro_entropy_coef=0.0,
@@ -145,7 +146,7 @@ def test_the_conductor_learns_from_the_advantage_or_with_centred_from_the_group_
     inputs = GlobalBatch(scores=scores, group_ids=gids, lengths=torch.ones(6), components={})
     buffered = {}
     for meta in ("advantage", "centred"):
-        flags = SimpleNamespace(maestro_weights="conductor", maestro_emphasis=0.5, maestro_kl_in_reward=0.0,
+        flags = default_args(maestro_weights="conductor", maestro_emphasis=0.5, maestro_kl_in_reward=0.0,
                                 maestro_reward_scale="batch_rank", maestro_meta_reward=meta, scale_rewards="group",
                                 maestro_rewards=["fmt", "len"], reward_model_name_or_path=None, maestro_lr=0.0,
                                 maestro_entropy_coef=0.0, maestro_update_interval=2, maestro_tau_init=1.0,
