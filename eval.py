@@ -17,7 +17,7 @@ import time
 import torch
 
 from envs import ENVS, env_class_from_flags
-from envs.base import EPISODE_ENDS
+from envs.base import EPISODE_ENDS, resolve_env_defaults
 from rl.config import CredoArgumentParser, HelpFormatter
 from rl.engine.models import is_local_model_path
 from rl.rollout.data import DataError, load_rows
@@ -42,10 +42,14 @@ def build_parser():
                         "subclass as package.module:Class (envs/README.md)")
     p.add_argument("--data_path", default=None,
                    help="eval rows in any format train.py reads (.jsonl, .json, .csv, .tsv, .parquet, .arrow, a "
-                        "dataset folder, a comma list); arith uses its held-out split when omitted")
+                        "dataset folder, a comma list); when omitted, the env's held-out set: arith's own split, "
+                        "math's MATH-500 (data/math500/test.jsonl)")
     p.add_argument("--data_split", default="test", help="split of a --data_path folder that has several")
-    p.add_argument("--prompt_key", default="problem", help="field of a data row holding the prompt")
-    p.add_argument("--answer_key", default="answer", help="field of a data row holding the reference answer")
+    p.add_argument("--prompt_key", default=None,
+                   help="field of a data row holding the prompt; default: the env's (problem; code: prompt)")
+    p.add_argument("--answer_key", default=None,
+                   help="field of a data row holding the reference answer; default: the env's (answer; code: "
+                        "test_list)")
     p.add_argument("--limit", "--num_samples", dest="limit", type=int, default=200, help="problems evaluated (the first N)")
     p.add_argument("--n", type=int, default=1, help="samples per problem")
     p.add_argument("--k", default="1", help="comma list of k for pass@k (each <= n)")
@@ -57,8 +61,9 @@ def build_parser():
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top_p", type=float, default=1.0, help="nucleus sampling (1 = off)")
     p.add_argument("--top_k", type=int, default=0, help="top-k sampling (0 = off)")
-    p.add_argument("--max_new_tokens", "--max_answer_seq_len", dest="max_answer_seq_len", type=int, default=32,
-                   help="max new tokens per turn")
+    p.add_argument("--max_new_tokens", "--max_answer_seq_len", dest="max_answer_seq_len", type=int, default=None,
+                   help="max new tokens per turn; default: the env's, as train.py's (arith 32; math, code, appworld "
+                        "512)")
     p.add_argument("--max_prompt_seq_len", type=int, default=1024, help="prompts longer than this are left-truncated")
     p.add_argument("--batch_size", type=int, default=50, help="samples per generate call")
     p.add_argument("--decode_loop", choices=DECODE_LOOPS, default="credo",
@@ -114,9 +119,10 @@ def validate(args):
             args.judge_model = os.path.expanduser(args.judge_model)
             if not os.path.exists(args.judge_model):
                 bad(f"--judge_model {args.judge_model} does not exist")
+    args.env_cls = env_class_from_flags(args, bad)
+    resolve_env_defaults(args, args.env_cls, eval_data_flag="data_path")  # math: MATH-500 unless --data_path
     validate_vllm(args, bad)
     check_data_path(args, bad)
-    args.env_cls = env_class_from_flags(args, bad)
     args.episode_end_given = args.episode_end
     check_env_supports(args, args.env_cls, bad)
 

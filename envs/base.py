@@ -1,7 +1,11 @@
 """The environment interface every task implements (single- or multi-turn), and verify-and-refine envs."""
+import os
 from dataclasses import dataclass, field
 
 from rewards.dotted import load_dotted
+
+# the checkout: an env's default eval set is a file under it (data/...), whatever folder a run starts from
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 ENVS = {}
 RETRY_FEEDBACK = "That answer is not correct. Check your work and try again."
@@ -30,6 +34,13 @@ class Env:
     `make_verifier`), `prompt_key` / `answer_key` (the data fields of --prompt_key / --answer_key, ignored when the
     env generates its own rows) and `max_turns`.
     """
+
+    # What this env brings to the flags, used where a flag does not say otherwise (resolve_env_defaults): the
+    # answer length a response of this task needs, the data fields its rows use, and its held-out eval set.
+    default_max_answer_seq_len = 32   # --max_answer_seq_len / eval.py --max_new_tokens, tokens per turn
+    default_prompt_key = "problem"    # --prompt_key
+    default_answer_key = "answer"     # --answer_key
+    default_eval_data = None          # eval.py --data_path and train.py --eval_data_path (a repo-relative file)
 
     def __init__(self, verifier=None, prompt_key: str = "problem", answer_key: str = "answer", max_turns: int = 1,
                  **unused):
@@ -147,6 +158,18 @@ def env_class(name: str):
             raise KeyError(f"--env {name!r} is not a subclass of envs.base.Env")
         return cls
     raise KeyError(f"--env {name!r} is not an environment; choose from {sorted(ENVS)} or give module:Class")
+
+
+def resolve_env_defaults(args, cls, eval_data_flag: str = None) -> None:
+    """Fill the flags left unset (None) from the env's declared defaults: --max_answer_seq_len, --prompt_key,
+    --answer_key and, when `eval_data_flag` names one (eval.py's data_path, train.py's eval_data_path), the env's
+    held-out set. An explicit flag always wins."""
+    for flag, default in (("max_answer_seq_len", cls.default_max_answer_seq_len),
+                          ("prompt_key", cls.default_prompt_key), ("answer_key", cls.default_answer_key)):
+        if getattr(args, flag, None) is None:
+            setattr(args, flag, default)
+    if eval_data_flag and getattr(args, eval_data_flag, None) is None and cls.default_eval_data is not None:
+        setattr(args, eval_data_flag, os.path.join(REPO_ROOT, cls.default_eval_data))
 
 
 def env_class_from_flags(args, bad):

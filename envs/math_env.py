@@ -8,6 +8,9 @@ INSTRUCTION = "Please reason step by step, and put your final answer within \\bo
 
 @register_env("math")
 class MathEnv(VerifyAndRefineEnv):
+    # a worked solution needs room (credo's reading: the length the README's GPU recipe halves; CPU runs pass less)
+    default_max_answer_seq_len = 512
+    default_eval_data = "data/math500/test.jsonl"  # MATH-500: evaluation only; train on data/math_train/train.jsonl
     @classmethod
     def make_verifier(cls, answer_key: str = "answer", **kwargs):
         return MathVerifier(answer_key=answer_key)

@@ -11,6 +11,7 @@ import re
 import sys
 
 from envs import env_class_from_flags
+from envs.base import resolve_env_defaults
 from envs.appworld.flags import add_appworld_flags
 from rewards.registry import CORRECTNESS
 from rl.engine.actor import add_engine_flags, validate_engine
@@ -160,6 +161,8 @@ def validate(args) -> None:
         raise SystemExit(f"train.py: error: {msg}")
 
     method = method_class(args.algo)
+    env_cls = env_class_from_flags(args, bad)
+    resolve_env_defaults(args, env_cls, eval_data_flag="eval_data_path" if args.eval_steps else None)
     validate_rewards(args, method, bad)
     for cls in METHODS.values():  # a method's flags given under another --algo, and its resolved defaults
         cls.check_flags(args, bad)
@@ -173,7 +176,6 @@ def validate(args) -> None:
     validate_step_guard(args, bad)
     validate_run(args, bad)
     check_data_path(args, bad)
-    env_cls = env_class_from_flags(args, bad)
     args.episode_end_given, args.episode_end = args.episode_end, resolve_episode_end(args.episode_end,
                                                                                      method.fixed_turns)
     check_env_supports(args, env_cls, bad)

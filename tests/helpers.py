@@ -1,9 +1,12 @@
-"""Test helpers: a tiny random Llama with a character tokenizer built in code, and a real-launcher runner."""
+"""Test helpers: a tiny random Llama with a character tokenizer built in code, a real-launcher runner, and train.py's
+main() run in the test process."""
 import contextlib
+import io
 import os
 import string
 import subprocess
 import sys
+import traceback
 
 from benchmarks.ports import free_port  # noqa: F401 - the tests take it from here
 
@@ -70,10 +73,7 @@ def run_train(args: list, num_ranks: int = 1, timeout: int = 600, launcher: bool
 
     Under `bash scripts/test.sh quick` (CREDO_QUICK_TESTS=1, the tests not marked slow) a launch is an error that
     names the test: every test that runs train.py must carry @pytest.mark.slow, or quick stops being quick."""
-    if os.environ.get("CREDO_QUICK_TESTS") == "1":
-        import pytest
-        pytest.fail(f"{os.environ.get('PYTEST_CURRENT_TEST', 'this test').split(' ')[0]} launches train.py but is "
-                    "not marked slow: add @pytest.mark.slow (or pytestmark = pytest.mark.slow)", pytrace=False)
+    _refuse_in_quick_tests()
     # pythonpath: a user's own folders (their reward or env modules) ahead of the checkout
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([*pythonpath, REPO_ROOT]),
                TOKENIZERS_PARALLELISM="false")
@@ -88,6 +88,102 @@ def run_train(args: list, num_ranks: int = 1, timeout: int = 600, launcher: bool
     return subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def _refuse_in_quick_tests():
+    if os.environ.get("CREDO_QUICK_TESTS") == "1":
+        import pytest
+        pytest.fail(f"{os.environ.get('PYTEST_CURRENT_TEST', 'this test').split(' ')[0]} launches train.py but is "
+                    "not marked slow: add @pytest.mark.slow (or pytestmark = pytest.mark.slow)", pytrace=False)
+
+
+def run_train_in_process(args: list, faults: list = None) -> subprocess.CompletedProcess:
+    """train.py's main(ARGS) in this process, read as `python train.py ARGS` (run_train(launcher=False)) would end:
+    its exit status (a SystemExit with a message is status 1 with the message on stderr, an uncaught exception status
+    1 with its traceback), stdout and stderr (train.py's INFO logging and warnings included). The same one-rank
+    DeepSpeed engine and one thread, without a new interpreter's imports of torch, DeepSpeed and transformers (about
+    3.5 s of CPU a run); `faults` as run_train's (tests/faults.py, installed for this run only; a kill needs a process
+    of its own: run_train). What the run changes in this process is put back afterwards (_as_its_own_process).
+    Use run_train where the separate process is the point: a kill, a hang, an orphan, the launcher, ranks."""
+    _refuse_in_quick_tests()
+    if faults and any(flag.startswith("--kill") for flag in faults):
+        raise ValueError(f"{faults}: a run that kills itself needs a process of its own: run_train(..., faults=...)")
+    if "--dtype" not in args:
+        args = [*args, "--dtype", "fp32"]
+    import train
+    from tests.faults import installed
+    stdout, stderr, code = io.StringIO(), io.StringIO(), 0
+    with _as_its_own_process(["train.py", *args], stderr), contextlib.redirect_stdout(stdout), \
+            contextlib.redirect_stderr(stderr), installed(faults or []) as train_args:
+        try:
+            train.main(train_args)
+        except SystemExit as exc:
+            code = exc.code
+        except Exception:  # pytest's own outcomes (a timeout's failure) are BaseExceptions and pass through
+            traceback.print_exc()
+            code = 1
+    if isinstance(code, str):
+        stderr.write(code + "\n")
+        code = 1
+    return subprocess.CompletedProcess(["train.py", *args], code or 0, stdout.getvalue(), stderr.getvalue())
+
+
+@contextlib.contextmanager
+def _as_its_own_process(argv: list, log_stream):
+    """For the block, this process looks to train.main as `python train.py` under run_train's environment does (one
+    thread, the checkout as working directory, train.py's logging to `log_stream`, warnings printed there, not
+    collected by pytest); afterwards everything the run changed is as before: os.environ (train.py sets the launcher's
+    variables), argv, working directory, threads, the RNG streams, SIGTERM/SIGINT handlers, the process group, and
+    the output-dir locks and reward worker pools it took (a process would release them by ending)."""
+    import logging
+    import random
+    import signal
+    import warnings
+
+    import numpy as np
+    import torch
+
+    from rewards import worker_pool
+    from rl.run import saved_config
+    saved_env, saved_argv, saved_cwd, threads = dict(os.environ), sys.argv, os.getcwd(), torch.get_num_threads()
+    rng = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    locks, pools = set(saved_config._held_locks), set(worker_pool._LIVE_POOLS)
+    root, handler = logging.getLogger(), logging.StreamHandler(log_stream)
+    level = root.level
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))  # train.py's format
+    os.environ.update(OMP_NUM_THREADS="1", PYTHONPATH=REPO_ROOT, TOKENIZERS_PARALLELISM="false")
+    sys.argv = argv
+    os.chdir(REPO_ROOT)
+    torch.set_num_threads(1)
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        with warnings.catch_warnings():
+            warnings.resetwarnings()  # a fresh interpreter's filters, printed to stderr
+            for category in (ResourceWarning, ImportWarning, PendingDeprecationWarning, DeprecationWarning):
+                warnings.simplefilter("ignore", category)
+            warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: log_stream.write(
+                warnings.formatwarning(message, category, filename, lineno, line))
+            yield
+    finally:
+        for pool in set(worker_pool._LIVE_POOLS) - pools:
+            pool.close()
+        for path in set(saved_config._held_locks) - locks:
+            saved_config._held_locks.pop(path).close()
+        _tear_down_process_group()
+        root.removeHandler(handler)
+        root.setLevel(level)
+        for sig, previous in handlers.items():
+            signal.signal(sig, previous)
+        random.setstate(rng[0])
+        np.random.set_state(rng[1])
+        torch.set_rng_state(rng[2])
+        torch.set_num_threads(threads)
+        os.chdir(saved_cwd)
+        sys.argv = saved_argv
+        os.environ.clear()
+        os.environ.update(saved_env)
+
+
 def default_args(**overrides):
     """train.py's flag defaults as parsed (not validated), with overrides: a test that builds a Scorer or an episode
     driver by hand gets every flag those modules read, including flags added after the test was written."""
@@ -98,6 +194,9 @@ def default_args(**overrides):
     vars(args).update(overrides)
     args.episode_end_given = args.episode_end  # resolved as rl.config.validate does
     args.episode_end = resolve_episode_end(args.episode_end, method_class(args.algo).fixed_turns)
+    from envs import env_class
+    from envs.base import resolve_env_defaults
+    resolve_env_defaults(args, env_class(args.env))  # the env's answer length and data keys, as validate fills them
     return args
 
 
@@ -116,21 +215,27 @@ def one_rank_process_group():
         dist.init_distributed()
         yield
     finally:
-        import gc
-
-        import deepspeed.utils.groups as ds_groups
-        import torch.distributed
-        from transformers.integrations.deepspeed import unset_hf_deepspeed_config
-        gc.collect()
-        unset_hf_deepspeed_config()
-        if torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
-        for name in ("_WORLD_GROUP", "_DATA_PARALLEL_GROUP", "_MODEL_PARALLEL_GROUP", "_TENSOR_MODEL_PARALLEL_GROUP",
-                     "_ZERO_PARAM_INTRA_PARALLEL_GROUP"):
-            if hasattr(ds_groups, name):
-                setattr(ds_groups, name, None)
+        _tear_down_process_group()
         for key, value in saved_env.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def _tear_down_process_group():
+    """No process group, no ZeRO-3 config registered with transformers, no DeepSpeed group cached from the old process
+    group (deepspeed.utils.groups keeps its world group): as a new process finds them."""
+    import gc
+
+    import deepspeed.utils.groups as ds_groups
+    import torch.distributed
+    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+    gc.collect()
+    unset_hf_deepspeed_config()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    for name in ("_WORLD_GROUP", "_DATA_PARALLEL_GROUP", "_MODEL_PARALLEL_GROUP", "_TENSOR_MODEL_PARALLEL_GROUP",
+                 "_ZERO_PARAM_INTRA_PARALLEL_GROUP"):
+        if hasattr(ds_groups, name):
+            setattr(ds_groups, name, None)

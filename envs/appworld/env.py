@@ -36,6 +36,7 @@ GUIDE = """How to work:
 
 @register_env("appworld")
 class AppWorldEnv(Env):
+    default_max_answer_seq_len = 512  # a cell of code per turn (credo's reading; the docs' recipes use it)
     max_output_chars = 2000
     experiment_name = "credo"
 

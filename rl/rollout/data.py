@@ -144,11 +144,12 @@ def add_data_flags(p):
     g.add_argument("--data_split", default="train",
                    help="split of a --data_path folder that has several (DatasetDict, HF dataset folder); a file is "
                         "read whole")
-    g.add_argument("--prompt_key", default="problem",
-                   help="field of a --data_path row holding the prompt (not needed when the env makes its own data)")
-    g.add_argument("--answer_key", default="answer",
+    g.add_argument("--prompt_key", default=None,
+                   help="field of a --data_path row holding the prompt (not needed when the env makes its own data); "
+                        "default: the env's (problem; code: prompt)")
+    g.add_argument("--answer_key", default=None,
                    help="field of a --data_path row holding the reference answer (not needed when the env makes its "
-                        "own data)")
+                        "own data); default: the env's (answer; code: test_list)")
     g.add_argument("--num_train_samples", type=int, default=20000, help="rows drawn for arith's train split")
     g.add_argument("--skip_bad_rows", action="store_true",
                    help="skip malformed data rows (reporting how many) instead of stopping at the first")

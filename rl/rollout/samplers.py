@@ -209,7 +209,9 @@ def add_sampling_flags(p):
     g.add_argument("--num_generations", type=int, default=4, help="group size G: responses sampled per prompt")
     g.add_argument("--per_device_generation_batch_size", type=int, default=8, help="prompts per rank per step")
     g.add_argument("--max_prompt_seq_len", type=int, default=256, help="prompts longer than this are left-truncated")
-    g.add_argument("--max_answer_seq_len", type=int, default=32, help="max new tokens per response")
+    g.add_argument("--max_answer_seq_len", type=int, default=None,
+                   help="max new tokens per response (per turn); default: the env's (arith, arith_multi, mixed 32; "
+                        "math, code, appworld 512); the share cut at this length is `trunc` on the console line")
     g.add_argument("--temperature", type=float, default=0.7, help="sampling temperature for rollouts")
     g.add_argument("--top_p", type=float, default=1.0, help="nucleus sampling for rollouts")
     g.add_argument("--top_k", type=int, default=0, help="top-k sampling for rollouts (0 = off)")

@@ -31,7 +31,7 @@ def test_validation_runs_every_n_steps_and_after_the_last():
     (["--eval_steps", "-1"], "--eval_steps must be >= 0"),
     (["--eval_steps", "2", "--eval_limit", "0"], "--eval_limit >= 1"),
     (["--eval_steps", "2", "--eval_data_path", "/nonexistent/eval.jsonl"], "--eval_data_path"),
-    (["--eval_steps", "2", "--env", "math", "--data_path", "data/gsm8k/test.jsonl"], "pass --eval_data_path"),
+    (["--eval_steps", "2", "--env", "code", "--data_path", "data/mbpp/sanitized.jsonl"], "pass --eval_data_path"),
 ])
 def test_bad_validation_flags_are_refused_at_parse_time(tiny_model_dir, flags, message):
     with pytest.raises(SystemExit, match=message):
