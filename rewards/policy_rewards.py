@@ -15,8 +15,9 @@ Sign conventions (higher is better after them; then rank-normalised to [0, 1] wi
   them; MAESTRO's `ent` uses this same sign, so that the paper's EM-GRPO baseline and MAESTRO share one reward.
 - pref: the reward model's score, higher preferred.
 - fmt, len: already on [0, 1] (rewards/format.py, rewards/length.py), not normalised.
-Rank normalisation (group_rank_normalize, below) is credo's reading for every method: the raw scales
-of ppl, ent and pref are arbitrary and differ by orders of magnitude, and a rank is robust to their outliers.
+Rank normalisation (group_rank_normalize, below): MAESTRO's paper names it for perplexity and entropy; applying it for
+every method, and to pref too, is credo's reading: the raw scales of ppl, ent and pref are arbitrary and differ by
+orders of magnitude, and a rank is robust to their outliers.
 MAESTRO then puts all its rewards on one scale before mixing them (--maestro_reward_scale, rl/advantages/maestro.py):
 a group rank has mean 0.5 in every group while fmt and len keep their own levels, and its Conductor favours whichever
 reward's level is highest.

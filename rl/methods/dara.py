@@ -25,7 +25,8 @@ class DARA(Method):
     def add_flags(cls, parser):
         g = parser.add_argument_group("DARA (density-aware reward weights)")
         g.add_argument("--dara_variant", choices=("asym", "sym"), default="asym", help="DARA variant (paper's main: asym)")
-        g.add_argument("--dara_w_max", type=float, default=5.0, help="DARA weight cap (paper: 5); 1 gives GDPO")
+        g.add_argument("--dara_w_max", type=float, default=5.0, help="DARA weight cap (5: the authors' code; the paper's text gives no value); 1 gives "
+                            "GDPO")
         g.add_argument("--dara_tau", type=float, default=1e-8, help="DARA activity threshold on sum |Z| in a group")
         g.add_argument("--dara_static_weights", default=None,
                        help="comma list replacing DARA's density weights (the static-weight control)")

@@ -18,7 +18,7 @@ whichever reward's level is highest: rl/advantages/maestro.py derives it, mechan
 random weight vector per response, Dirichlet(1)), random_action (a uniform random action per response, w(a)).
 The emphasis weights w(a) = (1 - eta) / K + eta * onehot(a) are credo's reading (rl/advantages/maestro.py).
 With --maestro_kl_in_reward beta_r, each response's reward is w . r - beta_r * KL(policy || reference) on it (the
-paper's figure 2 puts the KL into the reward, beta 0.1), so the Conductor's meta-reward, the advantage, sees it.
+paper puts the KL into the reward, beta 0.1 in its Table 7), so the Conductor's meta-reward, the advantage, sees it.
 """
 import logging
 import os
@@ -93,8 +93,9 @@ class Maestro(Method):
                        help="the one scale the Conductor compares the rewards on, applied to the whole batch before "
                             "mixing: batch_rank (default; credo's reading, the paper is silent): each reward replaced "
                             "by its rank over the batch on [0, 1], so every reward has batch mean 0.5 and none wins a "
-                            "prompt kind by its offset or unit; none: as scored (the paper's scales: fmt and "
-                            "len raw on [0, 1], ppl/ent/pref group ranks with mean 0.5), under which the Conductor's "
+                            "prompt kind by its offset or unit; none: as scored (fmt and len raw on [0, 1], ppl "
+                            "and ent group ranks with mean 0.5 as the paper names them; pref's group rank is credo's "
+                            "reading), under which the Conductor's "
                             "meta-reward picks the reward with the highest level (a 3-seed sweep put pi 0.999 on "
                             "len: experiments/README.md). Not --scale_rewards, which is GRPO's std scaling of the advantage")
         g.add_argument("--maestro_meta_reward", choices=META_REWARDS, default="advantage",
@@ -127,7 +128,7 @@ class Maestro(Method):
         g.add_argument("--maestro_kl_in_reward", type=float, default=0.0,
                        help="beta_r: each response's reward becomes w . r - beta_r * KL(policy || reference) on it "
                             "(--kl_type estimator, mean over its tokens), so the advantage the Conductor learns from "
-                            "includes it (the paper's figure 2: 0.1). 0 = off, credo's default: the KL stays in the loss "
+                            "includes it (the paper: 0.1, its Table 7). 0 = off, credo's default: the KL stays in the loss "
                             "(--beta) as in GRPO. > 0 loads the frozen reference even with --beta 0")
 
     @classmethod

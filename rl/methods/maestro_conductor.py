@@ -24,7 +24,7 @@ import math
 import torch
 import torch.nn as nn
 
-PROB_FLOOR = 1e-4
+PROB_FLOOR = 1e-4  # the paper's Table 8
 HIDDEN_NORMS = ("none", "l2")
 RECIPES = {
     "paper": {"hidden_norm": "none", "lr": 5e-5, "update_interval": 3},

@@ -50,7 +50,7 @@ def test_help_labels_the_emphasis_weights_as_credos_reading():
     helps = {a.dest: a.help for a in build_parser()._actions}
     assert "credo's reading" in helps["maestro_emphasis"] and "paper: 0.5" not in helps["maestro_emphasis"]
     assert "Dirichlet(1)" in helps["maestro_weights"]
-    assert "figure 2: 0.1" in helps["maestro_kl_in_reward"]
+    assert "0.1, its Table 7" in helps["maestro_kl_in_reward"]
 
 
 def test_the_skipped_pref_warning_is_said_once_per_process(tiny_model_dir, caplog, monkeypatch):
