@@ -1,7 +1,7 @@
-"""MAESTRO's five open-domain rewards, for any method: `--reward_funcs ppl` (NOVER), `--reward_funcs ent` (EM-GRPO),
-`fmt`, `len`, `pref`, and the same five inside `--algo maestro`.
+"""MAESTRO's five open-domain rewards (`fmt`, `ppl`, `ent`, `len`, `pref`) and EM-GRPO's `em_ent`, for any method:
+`--reward_funcs ppl` is NOVER, `--reward_funcs em_ent` is EM-GRPO, and the five are MAESTRO's inside `--algo maestro`.
 
-They run in the trainer's process, not in the reward workers (rewards/pooled.py): `ppl` and `ent` are forwards of the
+They run in the trainer's process, not in the reward workers (rewards/pooled.py): `ppl` and the entropies are forwards of the
 policy itself (a ZeRO-3 engine whose forwards are collective), `pref` a reward model's, and `fmt` / `len` are cheap
 functions of the response that MAESTRO scores alongside them (so that `len` counts the generated tokens exactly).
 
@@ -9,10 +9,13 @@ Sign conventions (higher is better after them; then rank-normalised to [0, 1] wi
 - ppl: NOVER (Liu et al. 2025, arXiv 2505.16022, the reasoning perplexity P_r): "a lower P_r indicates that the
   ground truth is more predictable given the reasoning", so the reward is -log P_r = -mean NLL / N(|t|).
   Only NOVER's reasoning reward: its format gate and efficiency reward are not reproduced (add `fmt` to the mix).
-- ent: EM-RL (Agarwal et al. 2025, "The Unreasonable Effectiveness of Entropy Minimization in LLM Reasoning",
-  arXiv 2505.15134): "negative entropy as the only reward to maximize", so the reward is -(mean token entropy).
-  credo's reading: the mean over the response's tokens (issue #6's MAESTRO definition), where EM-RL-token sums
-  them; MAESTRO's `ent` uses this same sign, so that the paper's EM-GRPO baseline and MAESTRO share one reward.
+- ent: MAESTRO's entropy reward, "to balance exploration" (MAESTRO section 4.1): higher mean token entropy scores
+  higher. On SS-GEN its Conductor weights it most, "encouraging exploration and expressive diversity", which the
+  paper contrasts with EM-GRPO, which "applies a negative entropy reward" (sections 4.1 and 4.3).
+- em_ent: EM-GRPO's reward, from EM-RL (Agarwal et al. 2025, "The Unreasonable Effectiveness of Entropy Minimization
+  in LLM Reasoning", arXiv 2505.15134): "negative entropy as the only reward to maximize", so -(mean token
+  entropy): the opposite sign of `ent`. credo's reading for both: the mean over the response's tokens (MAESTRO's
+  definition), where EM-RL-token sums them.
 - pref: the reward model's score, higher preferred.
 - fmt, len: already on [0, 1] (rewards/format.py, rewards/length.py), not normalised.
 Rank normalisation (group_rank_normalize, below): MAESTRO's paper names it for perplexity and entropy; applying it for
@@ -33,8 +36,8 @@ from rewards.policy_signals import entropy_and_last_hidden, mean_over_mask, nove
 from rewards.prefix_nll import cached_reference_nll
 
 logger = logging.getLogger(__name__)
-POLICY_REWARDS = ("fmt", "ppl", "ent", "len", "pref")
-SIGNS = {"ppl": -1.0, "ent": -1.0, "pref": 1.0}  # applied before the rank normalisation; see the module docstring
+POLICY_REWARDS = ("fmt", "ppl", "ent", "em_ent", "len", "pref")
+SIGNS = {"ppl": -1.0, "ent": 1.0, "em_ent": -1.0, "pref": 1.0}  # applied before the rank normalisation; see the module docstring
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,7 @@ class PolicyRewards:
             elif name == "len":
                 lengths = batch.response_mask.sum(1).long().tolist()
                 raw[name] = torch.tensor([linear_length_score(n, a.len_min, a.len_max) for n in lengths])
-            elif name == "ent":
+            elif name in ("ent", "em_ent"):  # the same raw mean entropy; SIGNS tells them apart
                 raw[name] = entropy
             elif name == "ppl":
                 raw[name] = self.reasoning_log_perplexity(batch)
@@ -136,7 +139,7 @@ class PolicyRewards:
 
 
 def normalise(raw: dict, group_ids: torch.Tensor) -> dict:
-    """Each reward on [0, 1], higher better: ppl / ent / pref signed and rank-normalised within each group."""
+    """Each reward on [0, 1], higher better: ppl / ent / em_ent / pref signed and rank-normalised within each group."""
     return {k: group_rank_normalize(SIGNS[k] * v, group_ids) if k in SIGNS else v for k, v in raw.items()}
 
 

@@ -278,7 +278,7 @@ def add_reward_flags(p):
     g = p.add_argument_group("rewards")
     g.add_argument("--reward_funcs", default="correctness",
                    help="comma list of rewards: correctness (the env's verifier), format, length, the open-domain "
-                        "rewards fmt, ppl (NOVER), ent (EM-GRPO), len, pref (rewards/policy_rewards.py), or "
+                        "rewards fmt, ppl (NOVER), ent (MAESTRO's, higher entropy better), em_ent (EM-GRPO's, lower better), len, pref (rewards/policy_rewards.py), or "
                         "package.module:function: credo's fn(prompt, completion, sample) returning a float, a dict of "
                         "components, or None to abstain, or TRL's f(prompts, completions, **kwargs) returning a list")
     g.add_argument("--reward_weights", default=None,

@@ -6,7 +6,7 @@ turns each response's rewards into its scalar with its own weights.
 
 Rewards (each on [0, 1] as scored; rewards/policy_rewards.py defines them, with their signs and sources):
 - fmt: the response has the required structure (--format_style);      - len: linear in the response's tokens
-- ppl: NOVER's reasoning perplexity of the reference answer (lower better); - ent: mean token entropy (lower better)
+- ppl: NOVER's reasoning perplexity of the reference answer (lower better); - ent: mean token entropy (higher better)
 - pref: a reward model's score (--reward_model_name_or_path; skipped with a warning without one)
 ppl, ent and pref are rank-normalised within each group (their raw scales are arbitrary). `correctness` (the env
 verifier) may be added to the mix with --maestro_rewards. Before mixing, --maestro_reward_scale puts them on the one

@@ -109,13 +109,15 @@ def test_nover_length_factor_is_max_one_one_plus_log_t():
     assert reasoning_tokens == 3  # "abc", one token per character, the answer part left out
 
 
-def test_policy_reward_signs_follow_nover_and_entropy_minimisation():
-    raw = {"ppl": torch.tensor([0.5, 2.0]), "ent": torch.tensor([0.1, 3.0]), "pref": torch.tensor([-1.0, 1.0]),
-           "len": torch.tensor([1.0, 0.0])}
+def test_policy_reward_signs_follow_nover_maestro_and_entropy_minimisation():
+    raw = {"ppl": torch.tensor([0.5, 2.0]), "ent": torch.tensor([0.1, 3.0]), "em_ent": torch.tensor([0.1, 3.0]),
+           "pref": torch.tensor([-1.0, 1.0]), "len": torch.tensor([1.0, 0.0])}
     out = normalise(raw, torch.tensor([0, 0]))
-    # NOVER: lower reasoning perplexity is better; EM-RL: lower entropy is better; pref: higher is better
+    # NOVER: lower reasoning perplexity is better; MAESTRO's ent: higher entropy is better (exploration, its 4.1);
+    # EM-GRPO's em_ent: lower entropy is better (EM-RL); pref: higher is better
     torch.testing.assert_close(out["ppl"], torch.tensor([1.0, 0.0]))
-    torch.testing.assert_close(out["ent"], torch.tensor([1.0, 0.0]))
+    torch.testing.assert_close(out["ent"], torch.tensor([0.0, 1.0]))
+    torch.testing.assert_close(out["em_ent"], torch.tensor([1.0, 0.0]))
     torch.testing.assert_close(out["pref"], torch.tensor([0.0, 1.0]))
     torch.testing.assert_close(out["len"], raw["len"])  # already on [0, 1]
 

@@ -60,7 +60,7 @@ def test_resume_restores_the_conductor_and_its_buffer(tiny_model_dir, tmp_path):
         assert got[3][f"conductor/weight/{name}"] == pytest.approx(want[3][f"conductor/weight/{name}"], abs=1e-6)
 
 
-@pytest.mark.parametrize("reward,baseline", [("ppl", "NOVER"), ("ent", "EM-GRPO")])
+@pytest.mark.parametrize("reward,baseline", [("ppl", "NOVER"), ("em_ent", "EM-GRPO")])
 def test_paper_baselines_run_as_grpo_with_one_open_domain_reward(reward, baseline, tiny_model_dir, tmp_path):
     out = str(tmp_path)
     proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--algo", "grpo", "--env", "mixed",
