@@ -29,7 +29,7 @@ from rl.errors import RewardFailure
 from rl.scoring import Scorer, ScoringSettings
 from rl.run.start import OutputSettings, start_run
 from rl.update.step_guard import StepGuard
-from rl.update.ppo import LossSettings, no_grad_logprobs, ppo_update
+from rl.update.ppo import LossSettings, mini_batch_count, no_grad_logprobs, ppo_update
 from rl.eval.validation import PeriodicValidation
 from rl.run.best_checkpoint import BestCheckpoint
 
@@ -75,7 +75,8 @@ class Trainer:
         self.output = OutputSettings.from_args(args)  # --output_dir as start_run resolved it, the save cadence
         if self.run.finished:
             return
-        engine_settings = EngineSettings.from_args(args)
+        engine_settings = EngineSettings.from_args(args, mini_batch_count(
+            args.per_device_generation_batch_size, self.world, args.num_generations, args.ppo_mini_batch_size))
         self.actor = build_actor(engine_settings, self.world, args.max_steps)
         self.reference = build_reference(engine_settings, self.world, self.actor)
         self.sampler = make_sampler(args, self.actor, self.tokenizer)  # who generates (rl/rollout/samplers.py)

@@ -90,10 +90,12 @@ class EngineSettings:
     weight_decay: float            # --actor_weight_decay
     lr_scheduler_type: str
     num_warmup_steps: int
-    ppo_epochs: int                # optimizer steps per rollout batch: the LR schedule spans max_steps * ppo_epochs
+    ppo_epochs: int                # optimizer steps per rollout batch (--ppo_epochs x mini-batches): the LR schedule
+                                   # spans max_steps * ppo_epochs
     gradient_clipping: float
     micro: int                     # --per_device_train_micro_batch_size
-    responses_per_rank: int        # --per_device_generation_batch_size * --num_generations: one optimizer step
+    responses_per_rank: int        # one optimizer step's responses per rank (a mini-batch's; the whole rollout's
+                                   # --per_device_generation_batch_size * --num_generations without mini-batches)
     gradient_checkpointing: bool
     lora: LoraSettings
     hybrid_engine: bool            # --enable_hybrid_engine (falls back to gathered HF generate where unsupported)
@@ -101,13 +103,16 @@ class EngineSettings:
     uses_reference: bool           # --beta != 0, or MAESTRO's --maestro_kl_in_reward
 
     @classmethod
-    def from_args(cls, args) -> "EngineSettings":
+    def from_args(cls, args, mini_batches: int = 1) -> "EngineSettings":
+        """mini_batches: optimizer steps per pass over a rollout batch (rl.update.ppo.mini_batch_count, which the
+        trainer computes: this room sits below the update). The engine then accumulates one mini-batch's
+        micro-batches per step, and its LR schedule counts every optimizer step."""
         return cls(model_name_or_path=args.model_name_or_path, dtype=args.dtype, zero_stage=args.actor_zero_stage,
                    offload=bool(args.offload), learning_rate=args.actor_learning_rate,
                    weight_decay=args.actor_weight_decay, lr_scheduler_type=args.lr_scheduler_type,
-                   num_warmup_steps=args.num_warmup_steps, ppo_epochs=args.ppo_epochs,
+                   num_warmup_steps=args.num_warmup_steps, ppo_epochs=args.ppo_epochs * mini_batches,
                    gradient_clipping=args.gradient_clipping, micro=args.per_device_train_micro_batch_size,
-                   responses_per_rank=args.per_device_generation_batch_size * args.num_generations,
+                   responses_per_rank=args.per_device_generation_batch_size * args.num_generations // mini_batches,
                    gradient_checkpointing=bool(getattr(args, "gradient_checkpointing", False)),
                    lora=LoraSettings.from_args(args), hybrid_engine=bool(args.enable_hybrid_engine),
                    max_out_tokens=context_budget(args),

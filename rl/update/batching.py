@@ -9,7 +9,8 @@ Token-level results are unchanged: only columns with no real token are dropped.
 
 With `keep`, the rows a micro-batch would only multiply by a zero advantage are left out too (rl/update/ppo.py decides
 which): the same number of micro-batches, each a near-equal share of the kept rows (at least one row, so every rank
-still runs every forward that ZeRO-3's parameter gathering expects).
+still runs every forward that ZeRO-3's parameter gathering expects). With `rows`, only those rows are cut: one
+mini-batch of the update (--ppo_mini_batch_size), sorted and trimmed on its own.
 """
 from dataclasses import dataclass
 
@@ -55,37 +56,41 @@ class MicroRollout:
     rollout_logp: torch.Tensor = None
 
 
-def micro_batches(attention_mask: torch.Tensor, prompt_len: int, micro: int, keep: torch.Tensor = None) -> list:
-    """N // micro micro-batches of `micro` rows, sorted by response extent (stable, so deterministic).
+def micro_batches(attention_mask: torch.Tensor, prompt_len: int, micro: int, keep: torch.Tensor = None,
+                  rows: torch.Tensor = None) -> list:
+    """n // micro micro-batches of `micro` rows, sorted by response extent (stable, so deterministic).
 
     Args:
         attention_mask: Tensor[N, P + R] (left-padded prompt, right-padded response part); prompt_len: P.
-        keep: Tensor[N] bool or None: only these rows, spread over the same ceil(N / micro) micro-batches (sizes differ
+        keep: Tensor[N] bool or None: only these rows, spread over the same ceil(n / micro) micro-batches (sizes differ
             by at most one; where fewer rows are kept than there are micro-batches, the shortest others fill in).
+        rows: Tensor[n] long or None: cut only these rows of the batch (a mini-batch); None: all N rows.
     Returns:
-        list of MicroBatch, covering every row once (every kept row once, with `keep`).
+        list of MicroBatch (rows indexed in the whole batch), covering every row of `rows` once (every kept one
+        once, with `keep`).
     """
-    n = attention_mask.shape[0]
+    rows = torch.arange(attention_mask.shape[0]) if rows is None else rows.cpu()
+    n = len(rows)
     mask = attention_mask.bool().cpu()
     response = mask[:, prompt_len:]
     # response columns each row needs: through its last attended token (feedback turns included); R >= 1 always
     extent = torch.where(response, torch.arange(1, response.shape[1] + 1), 0).amax(dim=1)
     left_pad = (~mask[:, :prompt_len]).long().cumprod(dim=1).sum(dim=1)  # leading zeros of each prompt
-    order = torch.argsort(extent * (prompt_len + 1) + (prompt_len - left_pad), stable=True)
+    order = rows[torch.argsort((extent * (prompt_len + 1) + (prompt_len - left_pad))[rows], stable=True)]
     if keep is None:
         chunks = [order[start:start + micro] for start in range(0, n, micro)]
     else:
         count = -(-n // micro)  # as many micro-batches as without `keep`
         keep = keep.bool().cpu().clone()
-        missing = count - int(keep.sum())
+        missing = count - int(keep[rows].sum())
         if missing > 0:  # every micro-batch needs a row: the shortest of the others fill in
             keep[order[~keep[order]][:missing]] = True
         chunks = list(torch.tensor_split(order[keep[order]], count))
     out = []
-    for rows in chunks:
-        first = int(left_pad[rows].min())
-        out.append(MicroBatch(rows=rows.to(attention_mask.device), first_col=first, prompt_len=prompt_len - first,
-                              resp_len=max(int(extent[rows].max()), 1)))
+    for chunk in chunks:
+        first = int(left_pad[chunk].min())
+        out.append(MicroBatch(rows=chunk.to(attention_mask.device), first_col=first, prompt_len=prompt_len - first,
+                              resp_len=max(int(extent[chunk].max()), 1)))
     return out
 
 
