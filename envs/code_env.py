@@ -1,9 +1,25 @@
 """Multi-turn code: the model writes Python in a fenced block; the sandbox runs the tests; the score of a turn is
-the pass rate; the feedback is the first failing test and its error.
+the pass rate; the feedback is the first failing test and its error, a held-out test by its number only.
 
 Rows: MBPP style (`prompt`, `test_list`, optional `test_imports`) or HumanEval style (`prompt` = a function stub,
 `test` defining check(candidate), `entry_point`). Train with e.g.
 `--env code --data_path data/mbpp/sanitized.jsonl --prompt_key prompt --answer_key test_list --max_turns 3`.
+
+The first message gives what the tests call, as each benchmark's own prompt does (the model cannot guess a name):
+- MBPP: the sentence of Austin et al. 2021 (google-research/google-research mbpp/README.md), word for word,
+  "You are an expert Python programmer, and here is your task: {prompt} Your code should pass these
+  tests:\n\n{tests}\n[BEGIN]\n{code}\n[DONE]". The paper lists all of a task's tests; bigcode-evaluation-harness
+  (InCoder's format) and EvalPlus's MBPP+ show the first one only. credo's reading: the paper's sentence with the
+  FIRST test only (it names the function and its call; every test of the shipped rows calls the same one), and
+  the fenced block of INSTRUCTION in place of [BEGIN]/[DONE] (a chat model's reply is parsed by extract_code).
+  The score is the pass rate over ALL of `test_list`, the shown test included (as those harnesses score).
+- HumanEval: its own `prompt` field (imports, signature and docstring with its examples), then INSTRUCTION.
+
+Shown and held back: MBPP shows `test_list[:MBPP_SHOWN_TESTS]`; the other tests, and all of HumanEval's `test`
+(check()), are held out: a program that hard-codes the shown assert scores at most 1/len(test_list). The feedback
+of a later turn quotes a failing test only if it was shown; for a held-out one it says "held-out test i of n"
+and the error (its type and message, which may quote a value the program was called with), never the test's
+source (rewards.code.run_tests(shown=...)).
 """
 import re
 
@@ -12,6 +28,24 @@ from rewards.code import run_tests
 
 _FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
 INSTRUCTION = "Write the solution as a Python function in a ```python code block."
+MBPP_TEMPLATE = ("You are an expert Python programmer, and here is your task: {prompt} Your code should pass these "
+                 "tests:\n\n{tests}")
+MBPP_SHOWN_TESTS = 1  # the paper shows all; 1 keeps the rest held out (module docstring)
+
+
+def shown_tests(sample: dict) -> list:
+    """The tests the first message shows, the first of the tests the verifier runs (none of HumanEval's)."""
+    if "entry_point" in sample:
+        return []
+    return list(sample["test_list"][:MBPP_SHOWN_TESTS])
+
+
+def first_message(sample: dict, prompt_key: str = "prompt") -> str:
+    """The task as the benchmark's own prompt gives it (module docstring), then the answer format."""
+    task = sample[prompt_key]
+    if "entry_point" not in sample and "test_list" in sample:
+        task = MBPP_TEMPLATE.format(prompt=task.strip(), tests="\n".join(t.strip() for t in shown_tests(sample)))
+    return f"{task}\n\n{INSTRUCTION}"
 
 
 def extract_code(text: str):
@@ -40,7 +74,7 @@ class CodeVerifier:
         if code is None:
             return 0.0, "No ```python code block was found in your answer."
         program, tests = self.program_and_tests(code, sample)
-        result = run_tests(program, tests, **self.limits)
+        result = run_tests(program, tests, shown=len(shown_tests(sample)), **self.limits)
         return result.score, result.feedback
 
     def __call__(self, prompt, completion, sample) -> float:
@@ -49,12 +83,16 @@ class CodeVerifier:
 
 @register_env("code")
 class CodeEnv(VerifyAndRefineEnv):
+    # MBPP's fields (data/mbpp/sanitized.jsonl); HumanEval rows take --answer_key test. A function needs room.
+    default_prompt_key, default_answer_key = "prompt", "test_list"
+    default_max_answer_seq_len = 512
+
     @classmethod
     def make_verifier(cls, **kwargs):
         return CodeVerifier()
 
     def first_message(self, sample: dict) -> str:
-        return f"{sample[self.prompt_key]}\n\n{INSTRUCTION}"
+        return first_message(sample, self.prompt_key)
 
     solved_feedback = ("All tests passed. You may keep this code or improve it; give the whole solution again in a "
                        "```python code block.")

@@ -141,14 +141,17 @@ class TestResult:
     passed: int
     total: int
     score: float       # passed / total; 0 whenever the run's status is not "ok"
-    feedback: str      # the first failing test and its error, truncated ("" when all pass)
+    feedback: str      # the first failing test (a held-out one by number) and its error, truncated ("" when all pass)
     status: str        # the ExecResult status of the program's run
 
 
-def run_tests(program: str, tests, feedback_chars: int = 500, *, timeout_s: float = 5.0, memory_mb: int = 1024,
-              max_output_bytes: int = 65536, max_processes: int = 64, max_file_mb: int = 16) -> TestResult:
+def run_tests(program: str, tests, feedback_chars: int = 500, *, shown: int = None, timeout_s: float = 5.0,
+              memory_mb: int = 1024, max_output_bytes: int = 65536, max_processes: int = 64,
+              max_file_mb: int = 16) -> TestResult:
     """Run `program`, then each test (a string of Python, e.g. an assert, run in the harness's own sandbox against
-    the program's names); count the passes."""
+    the program's names); count the passes. `shown`: only the first `shown` tests were shown to the model (None: all
+    were); the feedback quotes a failing test among those, and of a held-out one gives its number and error only, so
+    that multi-turn feedback never hands the model a test it was not shown."""
     tests = [tests] if isinstance(tests, str) else list(tests)
     if not tests:
         raise ValueError("run_tests needs at least one test")
@@ -161,8 +164,14 @@ def run_tests(program: str, tests, feedback_chars: int = 500, *, timeout_s: floa
         reason = (lines[-1] if lines else why or result.status) if result.status != "ok" else why
         return TestResult(0, len(tests), 0.0, f"program {result.status}: {reason}"[:feedback_chars], result.status)
     passed = sum(o is None for o in outcomes)
-    first_fail = next(((t, o) for t, o in zip(tests, outcomes) if o is not None), None)
-    feedback = "" if first_fail is None else f"failed: {first_fail[0].strip()}\n{first_fail[1]}"[:feedback_chars]
+    first_fail = next(((i, t, o) for i, (t, o) in enumerate(zip(tests, outcomes)) if o is not None), None)
+    if first_fail is None:
+        feedback = ""
+    elif shown is None or first_fail[0] < shown:
+        feedback = f"failed: {first_fail[1].strip()}\n{first_fail[2]}"[:feedback_chars]
+    else:
+        feedback = f"failed: held-out test {first_fail[0] + 1} of {len(tests)} (not shown)\n{first_fail[2]}"
+        feedback = feedback[:feedback_chars]
     return TestResult(passed, len(tests), passed / len(tests), feedback, result.status)
 
 
