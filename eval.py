@@ -18,6 +18,8 @@ import torch
 
 from envs import ENVS, env_class_from_flags
 from envs.base import EPISODE_ENDS, resolve_env_defaults
+from envs.toolcall import add_toolcall_env_flags
+from rewards.toolcall import add_length_budget_flag, exceed_and_joint
 from rl.config import CredoArgumentParser, HelpFormatter
 from rl.engine.models import is_local_model_path
 from rl.rollout.data import DataError, load_rows
@@ -89,6 +91,8 @@ def build_parser():
     p.add_argument("--local_rank", type=int, default=-1, help="set by the deepspeed launcher")
     from envs.appworld.flags import add_appworld_flags
     add_appworld_flags(p)
+    add_toolcall_env_flags(p)
+    add_length_budget_flag(p)  # DARA's math setting: Exceed and Joint
     return p
 
 
@@ -104,6 +108,8 @@ def validate(args):
         bad("--n > 1 with greedy decoding (--temperature 0) gives n identical samples; set --temperature")
     if args.max_turns < 1:
         bad("--max_turns must be >= 1")
+    if args.length_budget_tokens is not None and args.length_budget_tokens < 1:
+        bad(f"--length_budget_tokens must be >= 1, got {args.length_budget_tokens}")
     if args.output_dir is None:  # every evaluation leaves its results.json (train.py names its folders the same way)
         args.output_dir = default_output_dir("eval", args.env)
     if is_local_model_path(args.model_name_or_path):  # else a hub id (Qwen/Qwen3-4B) for transformers to resolve
@@ -163,6 +169,19 @@ def init_ranks():
     local = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device(f"cuda:{local}") if torch.cuda.is_available() else torch.device("cpu")
     return dist.rank(), dist.world_size(), device
+
+
+def budget_metrics(problems: list, tokenizer, budget: int, max_new_tokens: int) -> dict:
+    """DARA's Exceed and Joint (section 4.2, D.4) over every sample's final response. credo's reading: tokens are
+    counted by re-encoding the response text, plus its EOS when it stopped before --max_new_tokens (as the
+    length_budget reward counts the sampled ids, EOS included)."""
+    lengths, correct = [], []
+    for p in problems:
+        for responses, turns in zip(p["responses"], p["correct_by_turn"]):
+            n = len(tokenizer(responses[-1] if responses else "", add_special_tokens=False)["input_ids"])
+            lengths.append(n + (n < max_new_tokens))
+            correct.append(bool(turns) and turns[-1] == 1)
+    return exceed_and_joint(lengths, correct, budget)
 
 
 def plot_success_by_turn(metrics: dict, path: str):
@@ -225,6 +244,8 @@ def main(argv=None):
             return None
     metrics = aggregate(problems, args.ks, args.max_turns)
     metrics.update(args.env_cls.eval_metrics([e for p in problems for e in p.get("episodes", [])]))
+    if args.length_budget_tokens:
+        metrics.update(budget_metrics(problems, tokenizer, args.length_budget_tokens, args.max_answer_seq_len))
     config = {k: v for k, v in vars(args).items() if k not in ("env_cls",)}
     config["seconds"] = time.perf_counter() - t0
     result = {"metrics": metrics, "config": config, "problems": problems}

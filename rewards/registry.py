@@ -1,23 +1,26 @@
 """--reward_funcs names -> reward functions.
 
-`correctness` is the env's own verifier score; `format` and `length` are built in; any other name is a user's
-function given as `package.module:function`, either credo's fn(prompt, completion, sample) returning a float, a
-dict of named components, or None to abstain, or TRL's batched f(prompts, completions, **kwargs) returning a list
-of floats or None (rewards/conventions.py tells them apart by signature, when the flags are parsed).
+`correctness` is the env's own verifier score; `format`, `length`, `length_linear` and DARA's tool-calling and budget
+rewards (`tool_format`, `tool_correct`, `think_length`, `length_budget`: rewards/toolcall.py) are built in; any other
+name is a user's function given as `package.module:function`, either credo's fn(prompt, completion, sample) returning
+a float, a dict of named components, or None to abstain, or TRL's batched f(prompts, completions, **kwargs) returning
+a list of floats or None (rewards/conventions.py tells them apart by signature, when the flags are parsed).
 """
 import pickle
 from dataclasses import dataclass
 
-from rewards.conventions import CREDO, reward_style
+from rewards.conventions import reward_style
 from rewards.dotted import load_dotted
 from rewards.format import FormatReward
 from rewards.length import LengthReward, LinearLengthReward
+from rewards.toolcall import TOOLCALL_REWARDS
 
 CORRECTNESS = "correctness"
 BUILT_IN_REWARDS = {
     "format": lambda args: FormatReward(args.format_style),
     "length": lambda args: LengthReward(args.length_limit),
     "length_linear": lambda args: LinearLengthReward(args.len_min, args.len_max),
+    **TOOLCALL_REWARDS,
 }
 
 
@@ -51,8 +54,8 @@ def build_reward_fn(name: str, args):
 
 def reward_spec(name: str, args) -> RewardSpec:
     fn = build_reward_fn(name, args)
-    if name in BUILT_IN_REWARDS:
-        return RewardSpec(name, ("pickle", pickle.dumps(fn)), CREDO)
+    if name in BUILT_IN_REWARDS:  # length_budget is TRL-style (it counts the sampled completion_ids)
+        return RewardSpec(name, ("pickle", pickle.dumps(fn)), reward_style(fn, name))
     # by import path, so that the worker imports the user's module itself (closures and lambdas need not pickle)
     return RewardSpec(name.rpartition(":")[2], ("import", name), reward_style(fn, name))
 

@@ -10,10 +10,12 @@ import os
 import re
 import sys
 
-from envs import env_class_from_flags
+from envs import ENVS, env_class_from_flags
 from envs.base import resolve_env_defaults
 from envs.appworld.flags import add_appworld_flags
+from envs.toolcall import add_toolcall_env_flags
 from rewards.registry import CORRECTNESS
+from rewards.toolcall import add_toolcall_reward_flags
 from rl.engine.actor import add_engine_flags, validate_engine
 from rl.engine.lora import add_lora_flags, validate_lora
 from rl.engine.models import DEFAULT_MODEL_DIR, is_local_model_path
@@ -106,6 +108,13 @@ class CredoArgumentParser(argparse.ArgumentParser):
         self.exit(2, "\n".join(lines) + "\n")
 
 
+# --env's help: one phrase per built-in env (a registered env without one is listed by name)
+ENV_SUMMARIES = {"arith": "synthetic sums, CPU default", "arith_multi": "three sums, graded score",
+                 "math": "math-verify on --data_path rows", "code": "sandboxed tests as feedback",
+                 "mixed": "arith + free-form, for MAESTRO", "appworld": "tool-use tasks",
+                 "toolcall": "BFCL function calls scored by its AST checker"}
+
+
 def build_parser() -> argparse.ArgumentParser:
     """train.py's flags: the run's identity here, then each room's own group, in the order of a step."""
     p = CredoArgumentParser(
@@ -118,10 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="credit-assignment method (rl/methods/<name>.py): "
                         + "; ".join(f"{name}: {cls.summary}" for name, cls in METHODS.items()))
     g.add_argument("--env", default="arith",
-                   help="environment: arith (synthetic sums, CPU default), arith_multi (three sums, graded score), math "
-                        "(math-verify on --data_path rows), code (sandboxed tests as feedback), mixed (arith + "
-                        "free-form, for MAESTRO), appworld (tool-use tasks), or your own Env subclass as "
-                        "package.module:Class (envs/README.md)")
+                   help="environment: " + ", ".join(f"{name} ({ENV_SUMMARIES[name]})" if name in ENV_SUMMARIES
+                                                    else name for name in sorted(ENVS))
+                        + ", or your own Env subclass as package.module:Class (envs/README.md)")
     g.add_argument("--model_name_or_path", default=DEFAULT_MODEL_DIR,
                    help="HF causal LM folder or hub id; default: SmolLM2-135M-Instruct converted by scripts/setup.sh")
     g.add_argument("--max_steps", type=int, default=24, help="training steps (one rollout batch each)")
@@ -138,8 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_dynamic_sampling_flags(p)
     add_vllm_flags(p)
     add_appworld_flags(p)
+    add_toolcall_env_flags(p)
     add_reward_flags(p)
     add_policy_reward_flags(p)
+    add_toolcall_reward_flags(p)
     add_advantage_flags(p)
     for cls in METHODS.values():  # each method's own argument group (rl/methods/)
         cls.add_flags(p)

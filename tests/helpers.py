@@ -11,6 +11,14 @@ import traceback
 from benchmarks.ports import free_port  # noqa: F401 - the tests take it from here
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The flags of the session's one 2-rank ZeRO-3 run (tests/conftest.py's zero3_two_rank_run, read by
+# test_train_deepspeed, test_fault_tolerance and test_validation): the tiny Llama on DigitFractionEnv, 8 rows read 2
+# ranks x 2 prompts a step (step 2 ends an epoch), 4 steps, a frozen reference for the KL. A test that needs this run
+# with one more flag launches that and compares it against the shared run.
+ZERO3_TWO_RANK_RUN = ["--env", "tests.fixture_envs:DigitFractionEnv", "--num_generations", "4",
+                      "--per_device_generation_batch_size", "2", "--max_answer_seq_len", "12", "--temperature", "1.0",
+                      "--actor_learning_rate", "1e-2", "--num_train_samples", "8", "--max_steps", "4",
+                      "--actor_zero_stage", "3", "--beta", "0.05"]
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
                  "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
@@ -95,24 +103,28 @@ def _refuse_in_quick_tests():
                     "not marked slow: add @pytest.mark.slow (or pytestmark = pytest.mark.slow)", pytrace=False)
 
 
-def run_train_in_process(args: list, faults: list = None) -> subprocess.CompletedProcess:
+def run_train_in_process(args: list, faults: list = None, pythonpath: list = ()) -> subprocess.CompletedProcess:
     """train.py's main(ARGS) in this process, read as `python train.py ARGS` (run_train(launcher=False)) would end:
     its exit status (a SystemExit with a message is status 1 with the message on stderr, an uncaught exception status
     1 with its traceback), stdout and stderr (train.py's INFO logging and warnings included). The same one-rank
     DeepSpeed engine and one thread, without a new interpreter's imports of torch, DeepSpeed and transformers (about
-    3.5 s of CPU a run); `faults` as run_train's (tests/faults.py, installed for this run only; a kill needs a process
-    of its own: run_train). What the run changes in this process is put back afterwards (_as_its_own_process).
+    3.5 s of CPU a run); `faults` and `pythonpath` as run_train's (the faults installed for this run only; a kill needs
+    a process of its own: run_train). What the run changes in this process is put back afterwards (_as_its_own_process).
     Use run_train where the separate process is the point: a kill, a hang, an orphan, the launcher, ranks."""
     _refuse_in_quick_tests()
     if faults and any(flag.startswith("--kill") for flag in faults):
         raise ValueError(f"{faults}: a run that kills itself needs a process of its own: run_train(..., faults=...)")
     if "--dtype" not in args:
         args = [*args, "--dtype", "fp32"]
+    import torch.distributed
+
     import train
+    if torch.distributed.is_initialized():  # e.g. a module's one_rank_process_group: the run would join it, and end it
+        raise RuntimeError("run_train_in_process: this process already has a process group; use run_train")
     from tests.faults import installed
     stdout, stderr, code = io.StringIO(), io.StringIO(), 0
-    with _as_its_own_process(["train.py", *args], stderr), contextlib.redirect_stdout(stdout), \
-            contextlib.redirect_stderr(stderr), installed(faults or []) as train_args:
+    with _as_its_own_process(["train.py", *args], stderr, pythonpath), contextlib.redirect_stdout(stdout), \
+            contextlib.redirect_stderr(stderr), installed([*(faults or []), *args]) as train_args:
         try:
             train.main(train_args)
         except SystemExit as exc:
@@ -127,12 +139,13 @@ def run_train_in_process(args: list, faults: list = None) -> subprocess.Complete
 
 
 @contextlib.contextmanager
-def _as_its_own_process(argv: list, log_stream):
+def _as_its_own_process(argv: list, log_stream, pythonpath: list = ()):
     """For the block, this process looks to train.main as `python train.py` under run_train's environment does (one
-    thread, the checkout as working directory, train.py's logging to `log_stream`, warnings printed there, not
-    collected by pytest); afterwards everything the run changed is as before: os.environ (train.py sets the launcher's
-    variables), argv, working directory, threads, the RNG streams, SIGTERM/SIGINT handlers, the process group, and
-    the output-dir locks and reward worker pools it took (a process would release them by ending)."""
+    thread, the checkout as working directory, `pythonpath` ahead of it, train.py's logging to `log_stream`, warnings
+    printed there, not collected by pytest); afterwards everything the run changed is as before: os.environ (train.py
+    sets the launcher's variables), argv, sys.path, working directory, threads, the RNG streams, SIGTERM/SIGINT
+    handlers, the process group, and the output-dir locks and reward worker pools it took (a process would release
+    them by ending)."""
     import logging
     import random
     import signal
@@ -143,15 +156,18 @@ def _as_its_own_process(argv: list, log_stream):
 
     from rewards import worker_pool
     from rl.run import saved_config
-    saved_env, saved_argv, saved_cwd, threads = dict(os.environ), sys.argv, os.getcwd(), torch.get_num_threads()
+    saved_env, saved_argv, saved_path = dict(os.environ), sys.argv, list(sys.path)
+    saved_cwd, threads = os.getcwd(), torch.get_num_threads()
     rng = random.getstate(), np.random.get_state(), torch.get_rng_state()
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     locks, pools = set(saved_config._held_locks), set(worker_pool._LIVE_POOLS)
     root, handler = logging.getLogger(), logging.StreamHandler(log_stream)
     level = root.level
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))  # train.py's format
-    os.environ.update(OMP_NUM_THREADS="1", PYTHONPATH=REPO_ROOT, TOKENIZERS_PARALLELISM="false")
+    os.environ.update(OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([*pythonpath, REPO_ROOT]),
+                      TOKENIZERS_PARALLELISM="false")
     sys.argv = argv
+    sys.path[:0] = list(pythonpath)
     os.chdir(REPO_ROOT)
     torch.set_num_threads(1)
     root.addHandler(handler)
@@ -180,6 +196,7 @@ def _as_its_own_process(argv: list, log_stream):
         torch.set_num_threads(threads)
         os.chdir(saved_cwd)
         sys.argv = saved_argv
+        sys.path[:] = saved_path
         os.environ.clear()
         os.environ.update(saved_env)
 

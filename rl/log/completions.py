@@ -27,7 +27,7 @@ def completion_records(batch, count: int) -> list:
     reward and its components, the advantage (one per turn for turn-level methods), the method's own per-response
     data (`extras`: MAESTRO's emphasis action, an index into its reward list, and its pi; TCPO's counterfactual
     scores per turn), the prompt's `kind` where the env gives one, and for multi-turn episodes every turn's text and
-    score. With count >= the batch, every row: enough to recompute a step's advantages offline
+    score, and the env's episode_record() where it has one. With count >= the batch, every row: enough to recompute a step's advantages offline
     (experiments/mechanisms/maestro_meta_reward.py does)."""
     if count <= 0 or len(batch) == 0:
         return []
@@ -51,6 +51,9 @@ def completion_records(batch, count: int) -> list:
             record["extras"] = {k: _numbers(v[i].tolist()) for k, v in sorted(batch.extras.items())}
         if len(turn_scores) > 1 and batch.conversations:
             record["turns"] = [m["content"] for m in batch.conversations[i] if m["role"] == "assistant"]
+        episode = batch.envs[i].episode_record() if batch.envs and hasattr(batch.envs[i], "episode_record") else {}
+        if episode:  # the env's own account of the episode (--env toolcall: why a parse failed, the question's id)
+            record["env"] = episode
         records.append(record)
     return records
 

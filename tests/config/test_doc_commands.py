@@ -4,8 +4,8 @@ example a newcomer copies cannot rot.
 - Every command is parsed and validated by train.py's / eval.py's own checks (quick).
 - The README's and envs/README.md's commands also run, shrunk by SMOKE (slow): the model becomes the suite's tiny
   random Llama (a hub id or another run's output folder cannot be reached here), and the flags below are appended
-  (argparse keeps the last value), so each runs one short step or a few eval problems. Measured on a 2-core CPU:
-  about 10-20 s each.
+  (argparse keeps the last value), so each runs one short step or a few eval problems, through train.py's / eval.py's
+  main() in the test process: under 1 s each on a 2-core CPU (4-5 s each as `python train.py`).
 
 A command that needs what a CPU machine cannot provide is listed in SKIP with the reason.
 """
@@ -18,7 +18,7 @@ import pytest
 
 import eval as eval_cli
 from rl.config import parse_args
-from tests.helpers import REPO_ROOT, run_train
+from tests.helpers import REPO_ROOT, run_train_in_process
 from tests.train.test_train_deepspeed import assert_ok
 
 DOCS = ["README.md", *sorted(os.path.relpath(p, REPO_ROOT) for p in glob.glob(os.path.join(REPO_ROOT, "docs", "*.md"))),
@@ -125,7 +125,8 @@ def test_the_readme_commands_run_shrunk(command, user_code, tiny_model_dir, tmp_
     args = with_tiny_model(args, tiny_model_dir, str(user_code / "results.json"))
     if script == "train.py":
         out = ["--output_dir", str(tmp_path / "run")]
-        assert_ok(run_train([*args, *SMOKE_TRAIN, *out], launcher=False, timeout=300, pythonpath=[str(user_code)]))
+        # train.py's main() in this process, as eval.py's below (the user's folder on the path for the reward workers)
+        assert_ok(run_train_in_process([*args, *SMOKE_TRAIN, *out], pythonpath=[str(user_code)]))
     else:
         eval_cli.main([*args, *SMOKE_EVAL, "--output_dir", str(tmp_path / "eval")])
         assert os.path.exists(tmp_path / "eval" / "results.json")

@@ -8,7 +8,7 @@ import torch
 from rl.engine.actor import prepare_actor_model
 from rl.engine.lora import LoraSettings
 from rl.log.loggers import read_metrics
-from tests.helpers import default_args, run_train
+from tests.helpers import default_args, run_train_in_process
 
 
 def tiny(path):
@@ -67,13 +67,12 @@ TINY_RUN = ["--env", "tests.fixture_envs:DigitFractionEnv", "--num_generations",
 
 @pytest.mark.slow
 def test_zero3_training_with_checkpointing_matches_training_without(tiny_model_dir, tmp_path):
-    # one plain-python rank each: ZeRO-3 partitions and re-gathers every parameter on one rank too, which is what the
-    # recomputation in backward meets (the 2-rank ZeRO-3 launches are test_lora's and test_train_deepspeed's)
+    # one rank each, in the test process: ZeRO-3 partitions and re-gathers every parameter on one rank too, which is
+    # what the recomputation in backward meets (the 2-rank ZeRO-3 launches are test_lora's and test_train_deepspeed's)
     rows, finals = [], []
     for flag in ([], ["--gradient_checkpointing"]):
         out = str(tmp_path / ("ckpt" if flag else "plain"))
-        proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *TINY_RUN, *flag],
-                         launcher=False)
+        proc = run_train_in_process(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *TINY_RUN, *flag])
         assert proc.returncode == 0, proc.stderr[-3000:]
         rows.append(read_metrics(os.path.join(out, "metrics.jsonl")))
         finals.append(tiny(os.path.join(out, "final")).state_dict())

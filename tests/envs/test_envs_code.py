@@ -47,15 +47,15 @@ def test_humaneval_rows_are_checked_with_their_entry_point():
 @pytest.mark.parametrize("algo,launcher", [pytest.param("grpo", True, id="grpo"),
                                            pytest.param("tcpo", False, id="tcpo")])
 def test_code_env_trains_end_to_end(algo, launcher, tiny_model_dir, tmp_path):
-    """Under the real `deepspeed` launcher once; the second method as `python train.py` (the same one-rank DeepSpeed
-    engine, without the launcher's two extra interpreters of torch imports)."""
+    """Under the real `deepspeed` launcher once; the second method through train.py's main() in the test process (the
+    same one-rank DeepSpeed engine, without the launcher's or an interpreter's imports of torch)."""
     from rl.log.loggers import read_metrics
-    from tests.helpers import run_train
-    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path), "--algo", algo,
-                      "--env", "code",
-                      "--data_path", os.path.join(REPO_ROOT, "data", "mbpp", "sanitized.jsonl"),
-                      "--prompt_key", "prompt", "--answer_key", "test_list", "--max_turns", "2", "--max_steps", "2",
-                      "--num_generations", "2", "--per_device_generation_batch_size", "2", "--max_answer_seq_len", "8",
-                      "--max_prompt_seq_len", "512", "--no_final_export"], num_ranks=1, launcher=launcher)
+    from tests.helpers import run_train, run_train_in_process
+    args = ["--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path), "--algo", algo, "--env", "code",
+            "--data_path", os.path.join(REPO_ROOT, "data", "mbpp", "sanitized.jsonl"), "--prompt_key", "prompt",
+            "--answer_key", "test_list", "--max_turns", "2", "--max_steps", "2", "--num_generations", "2",
+            "--per_device_generation_batch_size", "2", "--max_answer_seq_len", "8", "--max_prompt_seq_len", "512",
+            "--no_final_export"]
+    proc = run_train(args, num_ranks=1) if launcher else run_train_in_process(args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(read_metrics(os.path.join(str(tmp_path), "metrics.jsonl"))) == 2

@@ -8,7 +8,7 @@ import eval as eval_cli
 from rl.config import parse_args
 from rl.log.loggers import read_metrics
 from rl.eval.validation import PeriodicValidation, rank_shard
-from tests.helpers import default_args, run_train
+from tests.helpers import ZERO3_TWO_RANK_RUN, default_args, run_train
 
 FIXTURE_ENV = "tests.fixture_envs:DigitFractionEnv"
 
@@ -79,28 +79,25 @@ def nan_as_none(metrics: dict) -> dict:
 
 # --- real launcher runs ---------------------------------------------------------------------------------------
 
-TINY_RUN = ["--env", FIXTURE_ENV, "--num_generations", "4", "--per_device_generation_batch_size", "2",
-            "--max_answer_seq_len", "12", "--temperature", "1.0", "--actor_learning_rate", "1e-2",
-            "--num_train_samples", "200", "--actor_zero_stage", "3", "--max_steps", "3"]
-
-
 def eval_py_score(model_dir: str) -> dict:
     return eval_cli.main(["--model_name_or_path", model_dir, "--env", FIXTURE_ENV, "--limit", "5",
                           "--max_new_tokens", "12", "--max_prompt_seq_len", "256", "--dtype", "fp32"])["metrics"]
 
 
 @pytest.mark.slow
-def test_two_rank_validation_logs_eval_metrics_at_its_steps_equal_to_eval_py(tiny_model_dir, tmp_path):
+def test_two_rank_validation_logs_eval_metrics_at_its_steps_equal_to_eval_py(zero3_two_rank_run, tiny_model_dir,
+                                                                             tmp_path):
+    # the session's 2-rank ZeRO-3 run (tests/conftest.py) with validation on: every 2 steps, so at steps 2 and 4
     out = str(tmp_path / "val")
-    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *TINY_RUN, "--eval_steps", "2",
-                      "--eval_limit", "5", "--save_model_only_steps", "2", "--enable_tensorboard"], num_ranks=2)
+    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *ZERO3_TWO_RANK_RUN, "--eval_steps",
+                      "2", "--eval_limit", "5", "--save_model_only_steps", "2", "--enable_tensorboard"], num_ranks=2)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = read_metrics(os.path.join(out, "metrics.jsonl"))
-    assert [r["step"] for r in rows] == [1, 2, 3]
-    assert not any(k.startswith("eval/") for k in rows[0])
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert not any(k.startswith("eval/") for row in (rows[0], rows[2]) for k in row)  # steps 1 and 3: none due
     # the random base model's greedy answers hold no digit (score 0): a positive score is the trained actor's
-    assert rows[2]["eval/mean_final_score"] > 0
-    for row, model_dir in ((rows[1], os.path.join(out, "hf", "step_2")), (rows[2], os.path.join(out, "final"))):
+    assert rows[3]["eval/mean_final_score"] > 0
+    for row, model_dir in ((rows[1], os.path.join(out, "hf", "step_2")), (rows[3], os.path.join(out, "final"))):
         assert row["eval/num_problems"] == 5  # 5 rows over 2 ranks: one rank pads its shard, nothing counted twice
         expected = eval_py_score(model_dir)
         for key in ("pass@1", "mean_final_score", "success_by_turn/1"):
@@ -108,12 +105,11 @@ def test_two_rank_validation_logs_eval_metrics_at_its_steps_equal_to_eval_py(tin
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     events = EventAccumulator(os.path.join(out, "tensorboard"))
     events.Reload()
-    assert [e.step for e in events.Scalars("eval/pass@1")] == [2, 3]
+    assert [e.step for e in events.Scalars("eval/pass@1")] == [2, 4]
 
-    # validation does not change what is trained: the same run without it has the same per-step metrics
-    plain = str(tmp_path / "plain")
-    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", plain, *TINY_RUN], num_ranks=2)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    for with_eval, without in zip(rows, read_metrics(os.path.join(plain, "metrics.jsonl"))):
+    # validation does not change what is trained: the same run without it (the shared run) has the same metrics
+    plain = read_metrics(os.path.join(zero3_two_rank_run[0], "metrics.jsonl"))
+    assert [r["step"] for r in plain] == [1, 2, 3, 4]
+    for with_eval, without in zip(rows, plain):
         for key in ("reward/mean", "actor/loss", "actor/grad_norm"):
             assert with_eval[key] == pytest.approx(without[key], rel=1e-6), (with_eval["step"], key)

@@ -7,7 +7,7 @@ import pytest
 
 from experiments import compare
 from rl.log.loggers import read_metrics
-from tests.helpers import REPO_ROOT, run_train
+from tests.helpers import REPO_ROOT, run_train_in_process
 from tests.run.test_run_config import fake_checkpoint, flags
 from tests.train.test_train_deepspeed import TINY_RUN, assert_ok
 
@@ -37,10 +37,10 @@ def test_a_run_killed_after_a_checkpoint_continues_from_it(tiny_model_dir, tmp_p
             "--dtype", "fp32", "--seed", "1", "--resume", "none"]
     config = compare.resolved_config([*argv, "--output_dir", str(tmp_path / "unused")], "test")
     # the run as a kill after its step-2 checkpoint leaves it: stopped there, without the final export (made by
-    # `python train.py`, one process: the launcher is exercised by compare.py's continuation below)
+    # train.py's main() in this process: the launcher is exercised by compare.py's continuation below)
     cut = tmp_path / "cut"
-    stopped = run_train([*argv[:-2], "--output_dir", str(cut / "train"), "--enable_test_mode", "--test_stop_step", "2"],
-                        launcher=False)
+    stopped = run_train_in_process([*argv[:-2], "--output_dir", str(cut / "train"), "--enable_test_mode",
+                                    "--test_stop_step", "2"])
     assert_ok(stopped)
     shutil.rmtree(cut / "train" / "final")
     (cut / "train.log").write_text(stopped.stdout)

@@ -9,7 +9,7 @@ import pytest
 from rl.config import parse_args
 from rl.log.loggers import WANDB_ID_FILE, report_backends
 from rl.log.loggers import read_metrics
-from tests.helpers import run_train
+from tests.helpers import run_train, run_train_in_process
 
 RUN = ["--env", "tests.fixture_envs:DigitFractionEnv", "--num_generations", "2", "--per_device_generation_batch_size",
        "1", "--max_answer_seq_len", "6", "--num_train_samples", "50", "--max_steps", "2", "--no_final_export"]
@@ -73,8 +73,8 @@ def scalars(tb_dir: str) -> dict:
 @pytest.mark.slow
 def test_report_to_tensorboard_alone_writes_events_and_no_metrics_jsonl(tiny_model_dir, tmp_path):
     out = str(tmp_path / "tb_run")
-    assert_ok(run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--report_to", "tensorboard",
-                         *RUN], launcher=False))
+    assert_ok(run_train_in_process(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--report_to",
+                                    "tensorboard", *RUN]))
     assert not os.path.exists(os.path.join(out, "metrics.jsonl"))
     assert not os.path.exists(os.path.join(out, "completions.jsonl"))
     tags = scalars(os.path.join(out, "tensorboard"))
@@ -85,8 +85,8 @@ def test_report_to_tensorboard_alone_writes_events_and_no_metrics_jsonl(tiny_mod
 @pytest.mark.slow
 def test_report_to_none_writes_no_metrics_files_and_still_trains(tiny_model_dir, tmp_path):
     out = str(tmp_path / "quiet")
-    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--report_to", "none", *RUN],
-                     launcher=False)
+    proc = run_train_in_process(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--report_to", "none",
+                                 *RUN])
     assert_ok(proc)
     assert "step 2 | reward" in proc.stdout  # the console line stays
     assert not any(os.path.exists(os.path.join(out, name)) for name in ("metrics.jsonl", "completions.jsonl",

@@ -44,11 +44,11 @@ def test_a_well_formed_step_result_passes_unchanged():
 
 @pytest.mark.slow
 def test_train_py_stops_at_the_first_reset_with_the_env_and_method_named(tiny_model_dir, tmp_path):
-    from tests.helpers import run_train
-    proc = run_train(["--model_name_or_path", tiny_model_dir, "--env", "tests.fixture_envs:StrResetEnv",
-                      "--output_dir", str(tmp_path), "--max_steps", "1", "--actor_zero_stage", "0",
-                      "--num_generations", "2", "--per_device_generation_batch_size", "2", "--max_answer_seq_len", "4",
-                      "--no_final_export"], launcher=False, timeout=300)
+    from tests.helpers import run_train_in_process
+    proc = run_train_in_process(["--model_name_or_path", tiny_model_dir, "--env", "tests.fixture_envs:StrResetEnv",
+                                 "--output_dir", str(tmp_path), "--max_steps", "1", "--actor_zero_stage", "0",
+                                 "--num_generations", "2", "--per_device_generation_batch_size", "2",
+                                 "--max_answer_seq_len", "4", "--no_final_export"])
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "train.py: stopped: StrResetEnv.reset returned str" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -17,6 +17,21 @@ pytestmark = pytest.mark.slow
 VLLM_PYTHON = os.path.join(REPO_ROOT, ".venv-vllm", "bin", "python")
 VLLM_TEST_MODULES = ("tests/rollout/test_rollout_vllm_cpu.py", "tests/rollout/test_rollout_vllm_cpu_train.py",
                      "tests/rollout/test_rollout_vllm_cpu_eval.py")
+ENGINE, TRAIN, EVAL = VLLM_TEST_MODULES
+
+
+def other_cpu_weights() -> str:
+    """--vllm_cpu_weights packed | plain: the mode that is not the flag's default."""
+    from rl.config import build_parser
+    return {"packed": "plain", "plain": "packed"}[build_parser().get_default("vllm_cpu_weights")]
+
+
+# One pytest process per group (modules, CREDO_TEST_VLLM_CPU_WEIGHTS), each well under CI's 5 minutes a test: a
+# process costs about 8 s before its first test (a .venv-vllm interpreter and its vllm import), so modules share them.
+# The engine module runs twice, so that both --vllm_cpu_weights modes stay correct: at the default beside the eval
+# module, and in the other mode after training (its engine is built in the test process; training's are the ranks').
+VLLM_TEST_GROUPS = {"engine_and_eval": ((ENGINE, EVAL), None),
+                    "train_then_engine_in_the_other_cpu_weights_mode": ((TRAIN, ENGINE), other_cpu_weights)}
 
 
 needs_vllm_venv = pytest.mark.skipif(not os.path.exists(VLLM_PYTHON),
@@ -30,7 +45,7 @@ def run_in_vllm_venv(modules, **extra_env):
     if env.get("TORCH_EXTENSIONS_DIR") == own_extensions_dir():
         # set in this process by an in-process init_distributed: .venv-vllm builds the comm op in its own folder
         del env["TORCH_EXTENSIONS_DIR"]
-    proc = subprocess.run([VLLM_PYTHON, "-m", "pytest", *modules, "-q", "-rs", "-p", "no:cacheprovider"],
+    proc = subprocess.run([VLLM_PYTHON, "-m", "pytest", *modules, "-q", "-rfEs", "-p", "no:cacheprovider"],
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800)
     report = f"exit {proc.returncode}\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}"
     assert proc.returncode == 0, report
@@ -39,20 +54,12 @@ def run_in_vllm_venv(modules, **extra_env):
 
 
 @needs_vllm_venv
-@pytest.mark.parametrize("module", VLLM_TEST_MODULES)
-def test_the_vllm_cpu_tests_pass_in_their_own_venv(module):
-    """One module per test (one pytest process each): together they took 290 s, close to CI's 5-minute limit per
-    test, and a failure now names its module."""
-    run_in_vllm_venv([module])
-
-
-@needs_vllm_venv
-def test_the_vllm_cpu_engine_tests_pass_with_the_non_default_cpu_weights():
-    """--vllm_cpu_weights packed | plain: the run above builds engines at the default, this one the engine tests in the
-    other mode, so that both stay correct."""
-    from rl.config import build_parser
-    other = {"packed": "plain", "plain": "packed"}[build_parser().get_default("vllm_cpu_weights")]
-    run_in_vllm_venv(VLLM_TEST_MODULES[:1], CREDO_TEST_VLLM_CPU_WEIGHTS=other)
+@pytest.mark.parametrize("group", VLLM_TEST_GROUPS)
+def test_the_vllm_cpu_tests_pass_in_their_own_venv(group):
+    """Not all the modules in one test: together they took 290 s, close to CI's 5-minute limit per test. A failure
+    names its module in the report (pytest -q's FAILED lines)."""
+    modules, weights = VLLM_TEST_GROUPS[group]
+    run_in_vllm_venv(list(modules), **({"CREDO_TEST_VLLM_CPU_WEIGHTS": weights()} if weights else {}))
 
 
 @needs_vllm_venv

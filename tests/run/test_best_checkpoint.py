@@ -15,7 +15,7 @@ import torch
 from rl.run.best_checkpoint import BEST_LINK, RECORD, check_metric_name, is_better, read_best
 from rl.config import parse_args
 from rl.log.loggers import read_metrics
-from tests.helpers import REPO_ROOT, run_train
+from tests.helpers import REPO_ROOT, run_train_in_process
 
 FIXTURE_ENV = "tests.fixture_envs:DigitFractionEnv"
 
@@ -127,12 +127,13 @@ def weights(model_dir: str) -> dict:
 @pytest.mark.slow
 def test_a_run_keeps_the_export_of_its_best_validated_step_starting_from_step_0(tiny_model_dir, tmp_path):
     out = str(tmp_path / "best_run")
-    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--env", FIXTURE_ENV,
-                      "--num_generations", "4", "--per_device_generation_batch_size", "2", "--max_answer_seq_len",
-                      "12", "--temperature", "1.0", "--actor_learning_rate", "1e-2", "--num_train_samples", "200",
-                      "--max_steps", "3", "--eval_steps", "1", "--eval_limit", "4", "--eval_before_train",
-                      "--eval_n", "2", "--eval_temperature", "1.0", "--save_best_metric", "eval/mean_final_score",
-                      "--save_model_only_steps", "1"], launcher=False)  # one process: not a test of the launcher
+    # train.py's main() in this process: not a test of the launcher
+    proc = run_train_in_process(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--env", FIXTURE_ENV,
+                                 "--num_generations", "4", "--per_device_generation_batch_size", "2",
+                                 "--max_answer_seq_len", "12", "--temperature", "1.0", "--actor_learning_rate", "1e-2",
+                                 "--num_train_samples", "200", "--max_steps", "3", "--eval_steps", "1", "--eval_limit",
+                                 "4", "--eval_before_train", "--eval_n", "2", "--eval_temperature", "1.0",
+                                 "--save_best_metric", "eval/mean_final_score", "--save_model_only_steps", "1"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = read_metrics(os.path.join(out, "metrics.jsonl"))
     assert [r["step"] for r in rows] == [0, 1, 2, 3]  # step 0: the initial model, before any update

@@ -4,7 +4,7 @@ import os
 import pytest
 import torch
 
-from tests.helpers import run_train
+from tests.helpers import run_train_in_process
 from tests.train.test_train_deepspeed import TINY_RUN, assert_ok, load_params
 
 pytestmark = pytest.mark.slow
@@ -12,8 +12,9 @@ pytestmark = pytest.mark.slow
 
 def test_model_only_exports_land_between_full_checkpoints_and_load(tiny_model_dir, tmp_path):
     out = str(tmp_path)
-    assert_ok(run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *TINY_RUN, "--max_steps", "3",
-                         "--save_model_only_steps", "2", "--save_steps", "0", "--no_final_export"], launcher=False))
+    assert_ok(run_train_in_process(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *TINY_RUN,
+                                    "--max_steps", "3", "--save_model_only_steps", "2", "--save_steps", "0",
+                                    "--no_final_export"]))
     assert sorted(os.listdir(os.path.join(out, "hf"))) == ["step_2"]  # the last step gets the full save instead
     assert sorted(n for n in os.listdir(os.path.join(out, "checkpoints")) if n.startswith("step_")) == ["step_3"]
     exported, initial = load_params(os.path.join(out, "hf", "step_2")), load_params(tiny_model_dir)

@@ -1,9 +1,11 @@
 """Crash safety: exact resume, a kill during a save, signals, failing rewards, NaN steps, an orphaned rank.
 
-Exact resume runs 2 ranks under the real launcher (ZeRO-3 shards and each rank's RNG are what it is about), and
-the orphaned rank needs the launcher it outlives. The other tests are not about ranks or the launcher: they run
-`python train.py` in one process (run_train(launcher=False), the real DeepSpeed engine), with --actor_zero_stage 3
-where the test ran 2 ranks before (ZeRO-3 being the several-rank default), so that they take the same save path."""
+Exact resume runs 2 ranks under the real launcher (ZeRO-3 shards and each rank's RNG are what it is about) and is
+compared with the session's uninterrupted 2-rank run (tests/conftest.py's zero3_two_rank_run), and the orphaned rank
+needs the launcher it outlives. The other tests are not about ranks or the launcher: they run
+train.py's main() in the test process (run_train_in_process, the real DeepSpeed engine; a run that is killed or
+signalled keeps `python train.py`, a process of its own), with --actor_zero_stage 3 where the test ran 2 ranks before
+(ZeRO-3 being the several-rank default), so that they take the same save path."""
 import os
 import signal
 import subprocess
@@ -15,7 +17,7 @@ import torch
 
 from rl.run.checkpoint import latest_checkpoint
 from rl.log.loggers import read_metrics
-from tests.helpers import REPO_ROOT, free_port, run_train
+from tests.helpers import REPO_ROOT, ZERO3_TWO_RANK_RUN, free_port, run_train, run_train_in_process
 from tests.train.test_train_deepspeed import TINY_RUN, assert_ok
 
 pytestmark = pytest.mark.slow
@@ -37,21 +39,16 @@ def final_params(out):
     return get_fp32_state_dict_from_zero_checkpoint(root, tag=latest_checkpoint(root))
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tiny_model_dir, tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("uninterrupted"))
-    assert_ok(run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN], num_ranks=2))
-    return out
-
-
-def test_stop_and_resume_at_an_epoch_boundary_matches_an_uninterrupted_run(uninterrupted, tiny_model_dir, tmp_path):
-    out = str(tmp_path)
-    first = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN,
-                       "--enable_test_mode", "--test_stop_step", "2"], num_ranks=2)
+def test_stop_and_resume_at_an_epoch_boundary_matches_an_uninterrupted_run(zero3_two_rank_run, tiny_model_dir,
+                                                                           tmp_path):
+    # the shared run's flags (8 rows: step 2 ends an epoch), stopped at step 2 and resumed; neither export nor
+    # TensorBoard (which the shared run makes) changes what is trained
+    uninterrupted, out = zero3_two_rank_run[0], str(tmp_path)
+    run = ["--model_name_or_path", tiny_model_dir, "--output_dir", out, *ZERO3_TWO_RANK_RUN, "--no_final_export"]
+    first = run_train([*run, "--enable_test_mode", "--test_stop_step", "2"], num_ranks=2)
     assert_ok(first)
     assert latest_checkpoint(os.path.join(out, "checkpoints")) == "step_2"
-    second = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--resume", "auto"],
-                       num_ranks=2)
+    second = run_train([*run, "--resume", "auto"], num_ranks=2)
     assert_ok(second)
     assert "resumed from" in second.stdout and "at step 2" in second.stdout
 
@@ -68,14 +65,15 @@ def test_stop_and_resume_at_an_epoch_boundary_matches_an_uninterrupted_run(unint
 
 def test_a_kill_during_a_save_keeps_the_previous_checkpoint_and_resume_works(tiny_model_dir, tmp_path):
     out = str(tmp_path)
+    # a process of its own, which the fault SIGKILLs; the resume after it runs in this one
     killed = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, *ZERO3, "--save_steps", "1"],
                        launcher=False, faults=["--kill_in_save_at_step", "3"])
     assert killed.returncode != 0
     root = os.path.join(out, "checkpoints")
     assert latest_checkpoint(root) == "step_2"
     assert os.path.isdir(os.path.join(root, ".tmp-step_3"))  # the half-written save, never named by `latest`
-    resumed = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, *ZERO3,
-                         "--save_steps", "1"], launcher=False)
+    resumed = run_train_in_process(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, *ZERO3,
+                                    "--save_steps", "1"])
     assert_ok(resumed)
     assert "at step 2" in resumed.stdout
     assert latest_checkpoint(root) == "step_4"
@@ -85,8 +83,8 @@ def test_a_kill_during_a_save_keeps_the_previous_checkpoint_and_resume_works(tin
 
 def test_save_total_limit_keeps_the_newest_checkpoints(tiny_model_dir, tmp_path):
     out = str(tmp_path)
-    assert_ok(run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--save_steps", "1",
-                         "--save_total_limit", "2", "--resume", "none"], launcher=False))
+    assert_ok(run_train_in_process(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN,
+                                    "--save_steps", "1", "--save_total_limit", "2", "--resume", "none"]))
     root = os.path.join(out, "checkpoints")
     assert sorted(n for n in os.listdir(root) if n.startswith("step_")) == ["step_3", "step_4"]
 
@@ -114,7 +112,7 @@ def test_a_reward_that_starts_raising_stops_the_run_with_a_checkpoint_of_the_sta
     out = str(tmp_path)
     args = ["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, *ZERO3]
     args[args.index("tests.fixture_envs:DigitFractionEnv")] = "tests.fixture_envs:DownAfterFirstStepEnv"
-    proc = run_train(args, launcher=False)
+    proc = run_train_in_process(args)
     assert proc.returncode != 0
     text = proc.stdout + proc.stderr
     assert "reward calls failed at step 2" in text and "--max_reward_error_rate" in text
@@ -126,9 +124,9 @@ def test_a_reward_that_starts_raising_stops_the_run_with_a_checkpoint_of_the_sta
 def test_a_nan_step_is_skipped_and_repeated_nan_steps_stop_the_run(tiny_model_dir, tmp_path):
     out = str(tmp_path)
     # ZeRO-3 on one rank (no longer the one-process default): DeepSpeed's own overflow check skips the step
-    assert_ok(run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, *ZERO3,
-                         "--save_steps", "1", "--save_total_limit", "0", "--resume", "none"], launcher=False,
-                        faults=["--nan_loss_at_steps", "2"]))
+    assert_ok(run_train_in_process(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, *ZERO3,
+                                    "--save_steps", "1", "--save_total_limit", "0", "--resume", "none"],
+                                   faults=["--nan_loss_at_steps", "2"]))
     root = os.path.join(out, "checkpoints")
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
     after1 = get_fp32_state_dict_from_zero_checkpoint(root, tag="step_1")
@@ -137,9 +135,9 @@ def test_a_nan_step_is_skipped_and_repeated_nan_steps_stop_the_run(tiny_model_di
     rows = read_metrics(os.path.join(out, "metrics.jsonl"))
     assert [r["train/skipped_step"] for r in rows] == [0.0, 1.0, 0.0, 0.0]
 
-    stopped = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, *ZERO3,
-                         "--save_steps", "1", "--resume", "none", "--max_bad_steps", "2"], launcher=False,
-                        faults=["--nan_loss_at_steps", "2,3"])
+    stopped = run_train_in_process(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, *ZERO3,
+                                    "--save_steps", "1", "--resume", "none", "--max_bad_steps", "2"],
+                                   faults=["--nan_loss_at_steps", "2,3"])
     assert stopped.returncode != 0
     assert "2 consecutive steps had non-finite loss or gradients" in stopped.stdout + stopped.stderr
     assert latest_checkpoint(root) == "step_2"  # saved after the (skipped) step 2; step 3 never saved
@@ -148,9 +146,9 @@ def test_a_nan_step_is_skipped_and_repeated_nan_steps_stop_the_run(tiny_model_di
 def test_a_nan_step_without_zero_changes_no_weight_and_the_next_step_trains(tiny_model_dir, tmp_path):
     # stage 0 has no DeepSpeed overflow check: the step guard zeroes the gradient and steps with lr 0
     out = str(tmp_path)
-    assert_ok(run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--actor_zero_stage", "0",
-                         "--save_steps", "1", "--save_total_limit", "0", "--resume", "none", "--max_steps", "3"],
-                        launcher=False, faults=["--nan_loss_at_steps", "2"]))
+    assert_ok(run_train_in_process(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN,
+                                    "--actor_zero_stage", "0", "--save_steps", "1", "--save_total_limit", "0",
+                                    "--resume", "none", "--max_steps", "3"], faults=["--nan_loss_at_steps", "2"]))
     root = os.path.join(out, "checkpoints")
     weights = {tag: torch.load(os.path.join(root, tag, "mp_rank_00_model_states.pt"), weights_only=False)["module"]
                for tag in ("step_1", "step_2", "step_3")}
@@ -214,8 +212,8 @@ def test_a_rank_orphaned_by_a_killed_launcher_keeps_its_output_dir_locked(tiny_m
         runner.wait(timeout=60)
         assert _alive(rank_pid)
 
-        second = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *TINY_RUN,
-                            "--max_steps", "500", "--no_final_export"], launcher=False)
+        second = run_train_in_process(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *TINY_RUN,
+                                       "--max_steps", "500", "--no_final_export"])
         assert second.returncode != 0
         assert f"is in use by another trainer (pid {rank_pid} " in second.stdout + second.stderr
         assert _alive(rank_pid)  # still, the second trainer's start-up later: the orphan did not die with its launcher

@@ -7,7 +7,7 @@ import pytest
 
 from rl.log.loggers import read_metrics
 from rl.run.saved_config import read_run_config
-from tests.helpers import run_train
+from tests.helpers import run_train_in_process
 from tests.train.test_train_deepspeed import TINY_RUN, assert_ok
 
 pytestmark = pytest.mark.slow
@@ -15,8 +15,8 @@ RUN = [*TINY_RUN, "--no_final_export", "--save_steps", "1"]
 
 
 def train(model, out, *extra):
-    # one plain-python rank: the behaviour under test is the start decision, not the launcher
-    return run_train(["--model_name_or_path", model, "--output_dir", out, *RUN, *extra], launcher=False)
+    # one rank in the test process: the behaviour under test is the start decision, not the launcher
+    return run_train_in_process(["--model_name_or_path", model, "--output_dir", out, *RUN, *extra])
 
 
 def steps_logged(out):

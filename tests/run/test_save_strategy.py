@@ -7,7 +7,7 @@ import pytest
 from rl.config import parse_args
 from rl.run.start import OutputSettings
 from tests.train.test_train_deepspeed import TINY_RUN, assert_ok
-from tests.helpers import run_train
+from tests.helpers import run_train_in_process
 
 
 def settings(tiny_model_dir, tmp_path, *flags):
@@ -31,7 +31,7 @@ def test_final_without_the_final_export_is_refused_by_name(tiny_model_dir, tmp_p
 @pytest.mark.slow
 def test_a_final_only_run_writes_the_model_and_no_checkpoint(tiny_model_dir, tmp_path):
     out = str(tmp_path)
-    assert_ok(run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *TINY_RUN, "--max_steps", "1",
-                         "--save_strategy", "final"], launcher=False))
+    assert_ok(run_train_in_process(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *TINY_RUN,
+                                    "--max_steps", "1", "--save_strategy", "final"]))
     assert os.path.exists(os.path.join(out, "final", "config.json"))
     assert not os.path.exists(os.path.join(out, "checkpoints"))

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rl.log.loggers import read_metrics
-from tests.helpers import run_train
+from tests.helpers import run_train, run_train_in_process
 from tests.train.test_train_deepspeed import assert_ok, load_params
 
 pytestmark = pytest.mark.slow
@@ -54,11 +54,10 @@ def test_masked_truncated_completions_leave_the_weights_untouched(tiny_model_dir
     masked, the update has no token to learn from and the weights stay exactly the same. The overlong penalty
     (buffer 2) lands on every reward at its floor, -1."""
     out = str(tmp_path / "masked")
-    # one plain-python rank: the mask and the penalty are per response (the launcher is the 2-rank run's above)
-    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--env",
-                      "tests.fixture_envs:DigitFractionEnv", "--max_answer_seq_len", "4", "--test_stop_step", "2",
-                      "--mask_truncated_completions", "--overlong_buffer_len", "2", *TINY], launcher=False,
-                     timeout=1800)
+    # one rank in the test process: the mask and the penalty are per response (the launcher is the 2-rank run's above)
+    proc = run_train_in_process(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--env",
+                                 "tests.fixture_envs:DigitFractionEnv", "--max_answer_seq_len", "4", "--test_stop_step",
+                                 "2", "--mask_truncated_completions", "--overlong_buffer_len", "2", *TINY])
     assert_ok(proc)
     rows = read_metrics(os.path.join(out, "metrics.jsonl"))
     for r in rows:

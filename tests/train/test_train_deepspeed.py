@@ -1,6 +1,7 @@
-"""train.py on a tiny random Llama (CPU, gloo): a 2-rank ZeRO-3 run under the real `deepspeed` launcher shared by
-the tests that read it; the one-process behaviours (lower ZeRO stages, the hybrid-engine fallback, stage 0 against
-stage 3) run `python train.py` without the launcher."""
+"""train.py on a tiny random Llama (CPU, gloo): the session's 2-rank ZeRO-3 run under the real `deepspeed` launcher
+(tests/conftest.py's zero3_two_rank_run) read by the first tests here; the one-process behaviours (lower ZeRO stages,
+the hybrid-engine fallback, stage 0 against stage 3) run train.py's main() in the test process (run_train_in_process:
+the same engine, no interpreter start-up)."""
 import glob
 import math
 import os
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from rl.log.loggers import read_metrics
-from tests.helpers import free_port, run_train
+from tests.helpers import run_train_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -25,17 +26,6 @@ def load_params(path):
 
 def assert_ok(proc):
     assert proc.returncode == 0, f"exit {proc.returncode}\nSTDOUT:\n{proc.stdout[-4000:]}\nSTDERR:\n{proc.stderr[-4000:]}"
-
-
-@pytest.fixture(scope="module")
-def zero3_two_rank_run(tiny_model_dir, tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("zero3_2rank"))
-    port = free_port()
-    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--actor_zero_stage", "3",
-                      "--enable_test_mode", "--test_stop_step", "3", "--beta", "0.05", "--enable_tensorboard",
-                      *TINY_RUN], num_ranks=2, port=port)
-    assert_ok(proc)
-    return out, proc, port
 
 
 def test_no_shared_memory_is_left_behind(zero3_two_rank_run):
@@ -56,7 +46,7 @@ def test_two_rank_zero3_run_changes_parameters_and_keeps_them_finite(zero3_two_r
 def test_metrics_are_logged_every_step_with_the_promised_names(zero3_two_rank_run):
     out, proc = zero3_two_rank_run[:2]
     rows = read_metrics(os.path.join(out, "metrics.jsonl"))
-    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
     for key in ("reward/mean", "reward/std", "success_rate", "frac_zero_std_groups", "response_length/mean",
                 "response_length/max", "actor/clipfrac", "actor/kl", "actor/entropy", "actor/grad_norm", "actor/lr",
                 "time/gather", "time/generate", "time/reward", "time/train", "time/step",
@@ -64,7 +54,7 @@ def test_metrics_are_logged_every_step_with_the_promised_names(zero3_two_rank_ru
         assert key in rows[-1], key
         assert isinstance(rows[-1][key], float) and math.isfinite(rows[-1][key]), key
     assert rows[-1]["actor/kl"] > 0  # the reference stayed frozen while the actor moved
-    assert "step 3 |" in proc.stdout
+    assert "step 4 |" in proc.stdout
     assert any(name.startswith("events.out.tfevents") for name in os.listdir(os.path.join(out, "tensorboard")))
 
 
@@ -73,13 +63,13 @@ def test_checkpoint_holds_engine_state_trainer_state_and_rng_of_each_rank(zero3_
     root = os.path.join(out, "checkpoints")
     with open(os.path.join(root, "latest")) as f:
         tag = f.read().strip()
-    assert tag == "step_3"
+    assert tag == "step_4"
     files = os.listdir(os.path.join(root, tag))
     assert {"rng_rank0.pt", "rng_rank1.pt"} <= set(files)
     assert any("optim_states" in name for name in files)
     state = torch.load(os.path.join(root, tag, "zero_pp_rank_0_mp_rank_00_model_states.pt"), weights_only=False)
-    assert state["trainer_state"]["step"] == 3
-    assert state["trainer_state"]["data"]["position"] == 3 * 2 * 2  # steps x ranks x prompts per rank
+    assert state["trainer_state"]["step"] == 4
+    assert state["trainer_state"]["data"]["position"] == 4 * 2 * 2  # steps x ranks x prompts per rank (two epochs)
 
 
 def test_hf_export_reloads_and_generates(zero3_two_rank_run):
@@ -97,8 +87,8 @@ def test_hf_export_reloads_and_generates(zero3_two_rank_run):
 
 @pytest.mark.parametrize("stage", [0, 2])
 def test_lower_zero_stages_train(stage, tiny_model_dir, tmp_path):
-    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path), "--actor_zero_stage",
-                      str(stage), "--max_steps", "3", "--dtype", "fp32", *TINY_RUN], num_ranks=1, launcher=False)
+    proc = run_train_in_process(["--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path),
+                                 "--actor_zero_stage", str(stage), "--max_steps", "3", "--dtype", "fp32", *TINY_RUN])
     assert_ok(proc)
     before, after = load_params(tiny_model_dir), load_params(os.path.join(str(tmp_path), "final"))
     assert any(not torch.equal(before[k], after[k]) for k in before)
@@ -111,8 +101,8 @@ def test_lower_zero_stages_train(stage, tiny_model_dir, tmp_path):
 
 
 def test_hybrid_engine_flag_on_cpu_warns_once_and_falls_back(tiny_model_dir, tmp_path):
-    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path), "--max_steps", "1",
-                      "--enable_hybrid_engine", "--no_final_export", *TINY_RUN], num_ranks=1, launcher=False)
+    proc = run_train_in_process(["--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path), "--max_steps",
+                                 "1", "--enable_hybrid_engine", "--no_final_export", *TINY_RUN])
     assert_ok(proc)
     assert (proc.stdout + proc.stderr).count("--enable_hybrid_engine: the DeepSpeed hybrid engine needs CUDA") == 1
 
@@ -124,8 +114,8 @@ def test_one_rank_stage_0_default_takes_the_steps_one_rank_zero3_takes(tiny_mode
     for stage in ("default", "3"):
         out = str(tmp_path / f"stage_{stage}")
         flags = [] if stage == "default" else ["--actor_zero_stage", stage]
-        proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--max_steps", "2",
-                          "--seed", "7", *flags, *TINY_RUN], num_ranks=1, launcher=False)
+        proc = run_train_in_process(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--max_steps", "2",
+                                     "--seed", "7", *flags, *TINY_RUN])
         assert_ok(proc)
         runs[stage] = (read_metrics(os.path.join(out, "metrics.jsonl")), load_params(os.path.join(out, "final")))
     (rows0, params0), (rows3, params3) = runs["default"], runs["3"]

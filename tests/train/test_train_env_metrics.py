@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from tests.helpers import run_train
+from tests.helpers import run_train_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -17,11 +17,11 @@ def parquet_run(tiny_model_dir, tmp_path_factory):
     data = str(tmp / "train.parquet")
     pd.DataFrame([{"prompt": f"What is {a} + 1?", "answer": str(a + 1)} for a in range(8)]).to_parquet(data)
     out = str(tmp / "out")
-    proc = run_train(["--model_name_or_path", tiny_model_dir, "--env", "tests.fixture_envs:PartsEnv",
-                      "--data_path", data, "--prompt_key", "prompt", "--output_dir", out, "--max_steps", "2",
-                      "--num_generations", "2", "--per_device_generation_batch_size", "2", "--max_answer_seq_len", "6",
-                      "--temperature", "1.0", "--actor_zero_stage", "0", "--no_final_export", "--enable_tensorboard",
-                      "--log_completions", "3"], launcher=False, timeout=600)
+    proc = run_train_in_process(["--model_name_or_path", tiny_model_dir, "--env", "tests.fixture_envs:PartsEnv",
+                                 "--data_path", data, "--prompt_key", "prompt", "--output_dir", out, "--max_steps", "2",
+                                 "--num_generations", "2", "--per_device_generation_batch_size", "2",
+                                 "--max_answer_seq_len", "6", "--temperature", "1.0", "--actor_zero_stage", "0",
+                                 "--no_final_export", "--enable_tensorboard", "--log_completions", "3"])
     assert proc.returncode == 0, proc.stderr[-4000:]
     return out
 

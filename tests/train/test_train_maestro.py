@@ -1,5 +1,6 @@
 """MAESTRO end to end: the Conductor's metrics and its meta-update under the real launcher on 2 ranks; exact resume,
-the paper's baselines and the reward model in one `python train.py` process (the same DeepSpeed engine)."""
+the paper's baselines and the reward model through train.py's main() in the test process (the same DeepSpeed
+engine: run_train_in_process)."""
 import math
 import os
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 
 from rl.log.loggers import read_metrics
-from tests.helpers import build_tiny_reward_model, run_train
+from tests.helpers import build_tiny_reward_model, run_train, run_train_in_process
 from tests.train.test_train_deepspeed import assert_ok
 
 pytestmark = pytest.mark.slow
@@ -47,10 +48,10 @@ def test_maestro_trains_on_two_ranks_on_the_mixed_task(tiny_model_dir, tmp_path)
 def test_resume_restores_the_conductor_and_its_buffer(tiny_model_dir, tmp_path):
     full, split = str(tmp_path / "full"), str(tmp_path / "split")
     common = ["--model_name_or_path", tiny_model_dir, *RUN, "--no_final_export", "--maestro_update_interval", "3"]
-    assert_ok(run_train([*common, "--output_dir", full, "--max_steps", "4"], num_ranks=1, launcher=False))
-    assert_ok(run_train([*common, "--output_dir", split, "--max_steps", "4", "--enable_test_mode",
-                         "--test_stop_step", "2"], num_ranks=1, launcher=False))
-    resumed = run_train([*common, "--output_dir", split, "--max_steps", "4", "--resume", "auto"], num_ranks=1, launcher=False)
+    assert_ok(run_train_in_process([*common, "--output_dir", full, "--max_steps", "4"]))
+    assert_ok(run_train_in_process([*common, "--output_dir", split, "--max_steps", "4", "--enable_test_mode",
+                                    "--test_stop_step", "2"]))
+    resumed = run_train_in_process([*common, "--output_dir", split, "--max_steps", "4", "--resume", "auto"])
     assert_ok(resumed)
     want, got = read_metrics(os.path.join(full, "metrics.jsonl")), read_metrics(os.path.join(split, "metrics.jsonl"))
     assert [r["step"] for r in got] == [1, 2, 3, 4]
@@ -63,10 +64,10 @@ def test_resume_restores_the_conductor_and_its_buffer(tiny_model_dir, tmp_path):
 @pytest.mark.parametrize("reward,baseline", [("ppl", "NOVER"), ("em_ent", "EM-GRPO")])
 def test_paper_baselines_run_as_grpo_with_one_open_domain_reward(reward, baseline, tiny_model_dir, tmp_path):
     out = str(tmp_path)
-    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--algo", "grpo", "--env", "mixed",
-                      "--reward_funcs", reward, "--num_generations", "4", "--per_device_generation_batch_size", "2",
-                      "--max_answer_seq_len", "8", "--temperature", "1.0", "--max_steps", "2", "--no_final_export"],
-                     num_ranks=1, launcher=False)
+    proc = run_train_in_process(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--algo", "grpo", "--env",
+                                 "mixed", "--reward_funcs", reward, "--num_generations", "4",
+                                 "--per_device_generation_batch_size", "2", "--max_answer_seq_len", "8",
+                                 "--temperature", "1.0", "--max_steps", "2", "--no_final_export"])
     assert_ok(proc)
     rows = read_metrics(os.path.join(out, "metrics.jsonl"))
     assert len(rows) == 2
@@ -78,9 +79,9 @@ def test_paper_baselines_run_as_grpo_with_one_open_domain_reward(reward, baselin
 
 def test_random_weight_vectors_and_kl_in_reward_train(tiny_model_dir, tmp_path):
     out = str(tmp_path)
-    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--max_steps", "2",
-                      "--maestro_weights", "random", "--maestro_kl_in_reward", "0.1", "--maestro_recipe", "small",
-                      "--no_final_export"], num_ranks=1, launcher=False)
+    proc = run_train_in_process(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--max_steps", "2",
+                                 "--maestro_weights", "random", "--maestro_kl_in_reward", "0.1", "--maestro_recipe",
+                                 "small", "--no_final_export"])
     assert_ok(proc)
     rows = read_metrics(os.path.join(out, "metrics.jsonl"))
     for row in rows:
@@ -97,8 +98,8 @@ def test_the_preference_reward_model_scores_under_a_zero3_actor(tiny_model_dir, 
     a whole model (before, from_pretrained partitioned it and its first forward failed: "'weight' must be 2-D")."""
     rm = build_tiny_reward_model(tiny_model_dir, str(tmp_path / "rm"))
     out = str(tmp_path / "run")
-    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--max_steps", "1",
-                      "--actor_zero_stage", "3", "--reward_model_name_or_path", rm, "--no_final_export"], num_ranks=1, launcher=False)
+    proc = run_train_in_process(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--max_steps", "1",
+                                 "--actor_zero_stage", "3", "--reward_model_name_or_path", rm, "--no_final_export"])
     assert_ok(proc)
     row = read_metrics(os.path.join(out, "metrics.jsonl"))[0]
     assert row["maestro/raw/pref"] is not None and math.isfinite(row["maestro/raw/pref"])

@@ -1,12 +1,12 @@
 """Multi-turn verify-and-refine training: TCPO, MT-GRPO and trajectory GRPO. TCPO runs under the real launcher on 2
-ranks and MT-GRPO on 1; the other behaviours run `python train.py` in one process (the same DeepSpeed engine,
-without the launcher's two start-ups)."""
+ranks and MT-GRPO on 1; the other behaviours run train.py's main() in the test process (run_train_in_process: the
+same DeepSpeed engine, without the launcher's or an interpreter's start-ups)."""
 import os
 
 import pytest
 
 from rl.log.loggers import read_metrics
-from tests.helpers import REPO_ROOT, run_train
+from tests.helpers import REPO_ROOT, run_train, run_train_in_process
 from tests.train.test_train_deepspeed import TINY_RUN, assert_ok
 
 pytestmark = pytest.mark.slow
@@ -29,9 +29,9 @@ def test_tcpo_on_math_runs_on_two_ranks(tiny_model_dir, tmp_path):
 @pytest.mark.parametrize("algo", ["tcpo", "mt_grpo", "grpo"])
 def test_turn_level_and_trajectory_methods_on_a_dense_multi_turn_env(algo, tiny_model_dir, tmp_path):
     out = str(tmp_path)
-    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--algo", algo,
-                      "--max_turns", "3", "--max_steps", "2", "--no_final_export", "--tcpo_cf_budget", "3",
-                      *TINY_RUN], num_ranks=1, launcher=algo == "mt_grpo")
+    args = ["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--algo", algo, "--max_turns", "3",
+            "--max_steps", "2", "--no_final_export", "--tcpo_cf_budget", "3", *TINY_RUN]
+    proc = run_train(args, num_ranks=1) if algo == "mt_grpo" else run_train_in_process(args)
     assert_ok(proc)
     last = read_metrics(os.path.join(out, "metrics.jsonl"))[-1]
     for key in ("success_by_turn/1", "success_by_turn/3", "avg_turns", "advantage/std"):
@@ -61,10 +61,10 @@ def test_ranks_stay_in_lockstep_when_one_rank_finishes_its_episodes_early(tiny_m
 
 def test_tcpo_on_arith_with_episode_end_max_turns_plays_every_episode_to_the_last_turn(tiny_model_dir, tmp_path):
     out = str(tmp_path)
-    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--algo", "tcpo", "--env", "arith",
-                      "--max_turns", "3", "--episode_end", "max_turns", "--max_steps", "1", "--num_generations", "2",
-                      "--per_device_generation_batch_size", "2", "--max_answer_seq_len", "6", "--tcpo_cf_budget", "0",
-                      "--no_final_export"], launcher=False)
+    proc = run_train_in_process(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--algo", "tcpo", "--env",
+                                 "arith", "--max_turns", "3", "--episode_end", "max_turns", "--max_steps", "1",
+                                 "--num_generations", "2", "--per_device_generation_batch_size", "2",
+                                 "--max_answer_seq_len", "6", "--tcpo_cf_budget", "0", "--no_final_export"])
     assert_ok(proc)
     row = read_metrics(os.path.join(out, "metrics.jsonl"))[-1]
     assert row["avg_turns"] == 3.0
@@ -77,10 +77,11 @@ def test_preservation_and_regression_are_logged_when_later_turns_keep_or_break_a
     """Every turn 1 is solved (FirstTurnSolvedEnv), so under the tcpo default (max_turns) turns 2 and 3 each keep or
     break it: the rates are measured and TCPO's preservation bonus and regression penalty both fire."""
     out = str(tmp_path)
-    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--algo", "tcpo",
-                      "--env", "tests.fixture_envs:FirstTurnSolvedEnv", "--max_turns", "3", "--max_steps", "1",
-                      "--num_generations", "4", "--per_device_generation_batch_size", "2", "--max_answer_seq_len", "8",
-                      "--temperature", "1.0", "--tcpo_cf_budget", "0", "--no_final_export"], launcher=False)
+    proc = run_train_in_process(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--algo", "tcpo", "--env",
+                                 "tests.fixture_envs:FirstTurnSolvedEnv", "--max_turns", "3", "--max_steps", "1",
+                                 "--num_generations", "4", "--per_device_generation_batch_size", "2",
+                                 "--max_answer_seq_len", "8", "--temperature", "1.0", "--tcpo_cf_budget", "0",
+                                 "--no_final_export"])
     assert_ok(proc)
     row = read_metrics(os.path.join(out, "metrics.jsonl"))[-1]
     assert row["avg_turns"] == 3.0 and row["success_by_turn/1"] == 1.0 and row["best_turn_success"] == 1.0

@@ -1,5 +1,5 @@
-"""--reward_funcs in a real train.py run (one process, no launcher: the reward wrapper is the point): a hanging
-reward, a broken one, a TRL-style one."""
+"""--reward_funcs in a real train.py run (one rank, no launcher: the reward wrapper is the point): a hanging reward
+(`python train.py`, whose exit is under test), a broken one, a TRL-style one (train.py's main() in the test process)."""
 import os
 import time
 
@@ -7,7 +7,7 @@ import pytest
 
 from rl.run.checkpoint import latest_checkpoint
 from rl.log.loggers import read_metrics
-from tests.helpers import REPO_ROOT, run_train
+from tests.helpers import REPO_ROOT, run_train, run_train_in_process
 from tests.train.test_train_deepspeed import TINY_RUN, assert_ok
 
 pytestmark = pytest.mark.slow
@@ -32,6 +32,7 @@ def orphaned_reward_workers() -> list:
 def test_a_hanging_reward_costs_one_timeout_per_step_and_train_py_exits_after_done(tiny_model_dir, tmp_path):
     out = str(tmp_path)
     start = time.monotonic()
+    # `python train.py`, a process of its own: that it exits, leaving no worker behind, is part of the test
     proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *TINY_RUN, "--max_steps", "2",
                       "--no_final_export", "--reward_funcs", "correctness,tests.fixture_rewards:hangs",
                       "--reward_timeout", "2", "--max_reward_error_rate", "1"], num_ranks=1, launcher=False, timeout=400)
@@ -48,9 +49,9 @@ def test_a_hanging_reward_costs_one_timeout_per_step_and_train_py_exits_after_do
 
 def test_a_reward_that_always_raises_stops_the_run_naming_it_though_the_verifier_works(tiny_model_dir, tmp_path):
     out = str(tmp_path)
-    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *TINY_RUN, "--max_steps", "2",
-                      "--no_final_export", "--reward_funcs", "correctness,tests.fixture_rewards:always_raises"],
-                     num_ranks=1, launcher=False, timeout=400)
+    proc = run_train_in_process(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *TINY_RUN, "--max_steps",
+                                 "2", "--no_final_export", "--reward_funcs",
+                                 "correctness,tests.fixture_rewards:always_raises"])
     assert proc.returncode != 0
     text = proc.stdout + proc.stderr
     assert "reward 'always_raises': 8 of 8 reward calls failed at step 1" in text
@@ -61,9 +62,8 @@ def test_a_reward_that_always_raises_stops_the_run_naming_it_though_the_verifier
 
 def test_a_trl_style_reward_trains_unchanged(tiny_model_dir, tmp_path):
     out = str(tmp_path)
-    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *TINY_RUN, "--max_steps", "2",
-                      "--no_final_export", "--reward_funcs", "tests.fixture_rewards:digit_fraction"],
-                     num_ranks=1, launcher=False, timeout=400)
+    proc = run_train_in_process(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *TINY_RUN, "--max_steps",
+                                 "2", "--no_final_export", "--reward_funcs", "tests.fixture_rewards:digit_fraction"])
     assert_ok(proc)
     rows = read_metrics(os.path.join(out, "metrics.jsonl"))
     assert len(rows) == 2
