@@ -160,7 +160,7 @@ def _as_its_own_process(argv: list, log_stream, pythonpath: list = ()):
     saved_cwd, threads = os.getcwd(), torch.get_num_threads()
     rng = random.getstate(), np.random.get_state(), torch.get_rng_state()
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    locks, pools = set(saved_config._held_locks), set(worker_pool._LIVE_POOLS)
+    locks, live_pools = set(saved_config._held_locks), worker_pool._LIVE_POOLS
     root, handler = logging.getLogger(), logging.StreamHandler(log_stream)
     level = root.level
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))  # train.py's format
@@ -168,6 +168,8 @@ def _as_its_own_process(argv: list, log_stream, pythonpath: list = ()):
                       TOKENIZERS_PARALLELISM="false")
     sys.argv = argv
     sys.path[:0] = list(pythonpath)
+    # a plain set for the run: an env's pool that the run drops unclosed (a process kills it at exit) is still found
+    worker_pool._LIVE_POOLS = set()
     os.chdir(REPO_ROOT)
     torch.set_num_threads(1)
     root.addHandler(handler)
@@ -181,8 +183,9 @@ def _as_its_own_process(argv: list, log_stream, pythonpath: list = ()):
                 warnings.formatwarning(message, category, filename, lineno, line))
             yield
     finally:
-        for pool in set(worker_pool._LIVE_POOLS) - pools:
+        for pool in worker_pool._LIVE_POOLS:
             pool.close()
+        worker_pool._LIVE_POOLS = live_pools
         for path in set(saved_config._held_locks) - locks:
             saved_config._held_locks.pop(path).close()
         _tear_down_process_group()
