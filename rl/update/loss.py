@@ -128,10 +128,9 @@ def gspo_losses(logp, old_logp, advantages, mask, b: LossBounds):
     written in the token-level form of GSPO-token,
         s_i,t = sg[s_i] * pi(y_i,t) / sg[pi(y_i,t)],
     whose value is s_i at every token and whose gradient is s_i * grad log pi(y_i,t): with one advantage per response
-    the paper shows its gradient equals GSPO's (with seq-mean-token-mean aggregation, the paper's (1/G) sum_i (1/|y_i|)
-    sum_t), and it also takes turn-level advantages (one A per token). The clip decision is one per response; the
-    paper's ranges are 3e-4 / 4e-4 (--clip_ratio_low / --clip_ratio_high). No dual clip (neither the paper nor
-    verl has one). |y_i| counts the tokens of `mask` (the model's tokens). verl's loss_mode "gspo" (the same
+    its gradient equals GSPO's (with seq-mean-token-mean aggregation, (1/G) sum_i (1/|y_i|) sum_t), and it also
+    takes turn-level advantages (one A per token). The clip decision is one per response; verl's GSPO recipe clips
+    at 3e-4 / 4e-4 (--clip_ratio_low / --clip_ratio_high). No dual clip (verl has none). |y_i| counts the tokens of `mask` (the model's tokens). verl's loss_mode "gspo" (the same
     token-level form); TRL's importance_sampling_level="sequence"."""
     tokens = mask.to(logp.dtype)
     log_s = ((logp - old_logp) * tokens).sum(-1) / tokens.sum(-1).clamp(min=1.0)  # s_i, in log space
@@ -165,7 +164,7 @@ def sapo_losses(logp, old_logp, advantages, mask, b: LossBounds):
         f_i,t(r) = sigma(tau_i,t (r - 1)) * 4 / tau_i,t,   tau_i,t = tau_pos if A_i,t > 0 else tau_neg,
         J = (1/G) sum_i (1/|y_i|) sum_t f_i,t(r_i,t) A_i,t,
     so d loss / d logp = -A r 4 sigma (1 - sigma): exactly -A at r = 1, decaying smoothly as r leaves 1 (faster for
-    negative advantages, tau_neg > tau_pos; the paper's 1.0 and 1.05). No clip, no dual clip. verl's loss_mode "sapo"
+    negative advantages, tau_neg > tau_pos; 1.0 and 1.05 as verl and TRL default them). No clip, no dual clip. verl's loss_mode "sapo"
     (tau_pos / tau_neg, the formula verl, TRL, AReaL and ms-swift implement identically); TRL's loss_type "sapo"
     (sapo_temperature_pos / _neg)."""
     ratio = _ratio(logp, old_logp)

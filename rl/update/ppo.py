@@ -230,15 +230,15 @@ def add_update_flags(p):
                    help="the policy loss, verl's actor.policy_loss.loss_mode (rl/update/loss.py; docs/training.md): "
                         "vanilla = PPO clip with dual clip (TRL loss_type grpo/bnpo/dr_grpo/dapo); gspo = GSPO's "
                         "length-normalised sequence ratio, clipped (arXiv 2507.18071; TRL importance_sampling_level="
-                        "sequence; its paper clips at 3e-4/4e-4); cispo = MiniMax-M1's clipped, stop-gradient IS "
+                        "sequence; GSPO's reported clip range 3e-4/4e-4, as verl's recipe sets it); cispo = MiniMax-M1's clipped, stop-gradient IS "
                         "weight on the token log-prob (arXiv 2506.13585; TRL loss_type cispo); sapo = SAPO's soft "
                         "sigmoid gate, no clip (arXiv 2511.20347; TRL loss_type sapo)")
     g.add_argument("--tau_pos", type=float, default=1.0,
                    help="--loss_mode sapo: gate temperature for positive advantages (verl's tau_pos, TRL's "
-                        "sapo_temperature_pos; the paper's 1.0)")
+                        "sapo_temperature_pos; 1.0 as verl and TRL default it)")
     g.add_argument("--tau_neg", type=float, default=1.05,
                    help="--loss_mode sapo: gate temperature for negative advantages (verl's tau_neg, TRL's "
-                        "sapo_temperature_neg; the paper's 1.05: faster decay off-policy)")
+                        "sapo_temperature_neg; 1.05 as verl and TRL default it: faster decay off-policy)")
     g.add_argument("--beta", type=float, default=0.0, help="KL coefficient to the frozen reference; 0 skips loading it")
     g.add_argument("--kl_type", choices=KL_TYPES, default="k3", help="KL estimator (k3 = verl low_var_kl)")
     g.add_argument("--clip_ratio_low", type=float, default=0.2,
@@ -249,7 +249,7 @@ def add_update_flags(p):
                    help="dual-clip bound for negative advantages (> 1; --loss_mode vanilla only)")
     g.add_argument("--loss_agg_mode", choices=LOSS_AGG_MODES, default=None,
                    help="verl loss aggregation (default: token-mean; seq-mean-token-mean under --loss_mode gspo or "
-                        "sapo, as their papers and verl)")
+                        "sapo, as verl forces for both)")
 
 
 def world_size_at_launch(environ=None) -> int:
