@@ -259,3 +259,27 @@ def _tear_down_process_group():
                  "_ZERO_PARAM_INTRA_PARALLEL_GROUP"):
         if hasattr(ds_groups, name):
             setattr(ds_groups, name, None)
+
+
+def rewind_run(run_dir: str, out: str, step: int) -> str:
+    """A copy of a finished run's folder as a run stopped right after its step-`step` checkpoint leaves it: later
+    checkpoints, their metrics lines and the final export removed, `latest` naming step_`step`. Relaunched with the
+    same flags, it resumes there (the exact-resume tests compare it with the uninterrupted run)."""
+    import json
+    import re
+    import shutil
+    shutil.copytree(run_dir, out)
+    root = os.path.join(out, "checkpoints")
+    for name in os.listdir(root):
+        match = re.fullmatch(r"step_(\d+)", name)
+        if match and int(match.group(1)) > step:
+            shutil.rmtree(os.path.join(root, name))
+    if os.path.isdir(os.path.join(out, "final")):
+        shutil.rmtree(os.path.join(out, "final"))
+    with open(os.path.join(root, "latest"), "w") as f:
+        f.write(f"step_{step}\n")
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        kept = [line for line in f if json.loads(line)["step"] <= step]
+    with open(os.path.join(out, "metrics.jsonl"), "w") as f:
+        f.writelines(kept)
+    return out

@@ -1,8 +1,6 @@
 """LoRA through peft (rl/engine/lora.py): flags refused at parse time, only adapters train, the reference is the base with
 adapters off, the merged export equals the adapter on the base, and a resumed LoRA run continues exactly."""
-import json
 import os
-import shutil
 
 import pytest
 import torch
@@ -10,7 +8,7 @@ import torch
 from rl.config import parse_args
 from rl.engine.lora import LoraSettings, merged_state_dict, wrap_with_lora
 from rl.log.loggers import read_metrics
-from tests.helpers import default_args, run_train
+from tests.helpers import default_args, rewind_run, run_train
 
 LORA_RUN = ["--env", "tests.fixture_envs:DigitFractionEnv", "--num_generations", "4",
             "--per_device_generation_batch_size", "2", "--max_answer_seq_len", "12", "--temperature", "1.0",
@@ -129,17 +127,7 @@ def test_a_resumed_lora_run_continues_as_the_uninterrupted_run(lora_run, tiny_mo
     # The uninterrupted run's folder as a run stopped after step 2's checkpoint leaves it (step 3's checkpoint,
     # metrics line and export removed): relaunched with the same flags, it resumes from the 2-rank ZeRO-3 LoRA
     # checkpoint and trains step 3 again. (Stopping by --test_stop_step and resuming is test_fault_tolerance's.)
-    out = str(tmp_path / "resumed")
-    shutil.copytree(lora_run, out)
-    root = os.path.join(out, "checkpoints")
-    shutil.rmtree(os.path.join(root, "step_3"))
-    shutil.rmtree(os.path.join(out, "final"))
-    with open(os.path.join(root, "latest"), "w") as f:
-        f.write("step_2\n")
-    with open(os.path.join(out, "metrics.jsonl")) as f:
-        kept = [line for line in f if json.loads(line)["step"] <= 2]
-    with open(os.path.join(out, "metrics.jsonl"), "w") as f:
-        f.writelines(kept)
+    out = rewind_run(lora_run, str(tmp_path / "resumed"), 2)
     assert [r["step"] for r in read_metrics(os.path.join(out, "metrics.jsonl"))] == [1, 2]
     second = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--max_steps", "3",
                         "--save_steps", "2", *LORA_RUN], num_ranks=2)

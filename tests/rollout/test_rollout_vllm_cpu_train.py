@@ -3,9 +3,7 @@ a run completes and logs the sampler-mismatch metrics, and a resume from its ste
 
 Run by tests/rollout/test_rollout_vllm_cpu_suite.py; skipped where vllm is not importable (see test_rollout_vllm_cpu.py).
 """
-import json
 import os
-import shutil
 
 import pytest
 import torch
@@ -19,7 +17,7 @@ else:
 
 from rl.run.checkpoint import latest_checkpoint  # noqa: E402
 from rl.log.loggers import read_metrics  # noqa: E402
-from tests.helpers import run_train  # noqa: E402
+from tests.helpers import rewind_run, run_train  # noqa: E402
 from tests.run.test_fault_tolerance import RUN, comparable, final_params  # noqa: E402
 from tests.rollout.test_rollout_vllm_cpu import LOGP_TOLERANCE, build_vllm_tiny_model  # noqa: E402
 from tests.train.test_train_deepspeed import assert_ok  # noqa: E402
@@ -80,16 +78,7 @@ def test_a_resume_with_vllm_matches_the_uninterrupted_run(uninterrupted, model, 
     built), and the resumed engine is loaded with the checkpoint's weights before its first rollout. The run's folder
     as a run stopped after its step-2 checkpoint leaves it (step 4's checkpoint and metrics removed), relaunched with
     the same flags (test_lora's way; stopping by --test_stop_step and resuming is test_fault_tolerance's)."""
-    out = str(tmp_path / "resumed")
-    shutil.copytree(uninterrupted[0], out)
-    root = os.path.join(out, "checkpoints")
-    shutil.rmtree(os.path.join(root, "step_4"))
-    with open(os.path.join(root, "latest"), "w") as f:
-        f.write("step_2\n")
-    with open(os.path.join(out, "metrics.jsonl")) as f:
-        kept = [line for line in f if json.loads(line)["step"] <= 2]
-    with open(os.path.join(out, "metrics.jsonl"), "w") as f:
-        f.writelines(kept)
+    out = rewind_run(uninterrupted[0], str(tmp_path / "resumed"), 2)
     assert [r["step"] for r in read_metrics(os.path.join(out, "metrics.jsonl"))] == [1, 2]
     second = run_vllm(model, out, "--save_steps", "2", "--resume", "auto")
     assert_ok(second)
