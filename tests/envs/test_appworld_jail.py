@@ -38,6 +38,31 @@ def test_a_cell_is_nobody_alone_in_its_namespaces(backend):
     assert second.startswith("no network:")
 
 
+ENVIRON_PROBE = """import posixpath
+os = posixpath.os
+print(sorted(os.environ.items()))
+for pid in sorted(p for p in os.listdir('/proc') if p.isdigit()):
+    for name in ('environ', 'cmdline'):
+        try:
+            fd = os.open(f'/proc/{pid}/{name}', 0)
+            print(pid, name, os.read(fd, 1 << 20))
+        except OSError as exc:
+            print(pid, name, 'unreadable', exc)
+"""
+
+
+def test_a_cell_sees_a_clean_environment_not_the_trainers_nor_the_launchers(backend, monkeypatch):
+    monkeypatch.setenv("CREDO_TRAINER_SECRET", "s3cret-of-the-trainer")
+    out = backend.execute(TASK, ENVIRON_PROBE)
+    environ, procs = out.splitlines()[0], out.splitlines()[1:]
+    # only what jail.CELL_ENV gives, plus what bwrap (PWD) and Python's UTF-8 locale coercion (LC_CTYPE) add
+    assert dict(eval(environ)) == {**jail.CELL_ENV, "PWD": "/tmp", "LC_CTYPE": "C.UTF-8"}, environ
+    assert any(line.startswith("1 environ b'") for line in procs), out  # bwrap's init: readable, so it must be clean
+    for leak in (jail.REPO_ROOT, "PYTHONPATH", "s3cret-of-the-trainer", os.environ["PATH"]):
+        assert leak not in out, f"{leak!r} is visible to the cell: " + \
+            " | ".join(line[:200] for line in out.splitlines() if leak in line)
+
+
 def test_processes_a_cell_starts_are_capped_and_do_not_outlive_it(backend):
     marker = "301.25"  # an unusual argument to find its sleepers by
     code = ("import posixpath\nos = posixpath.os\nstarted = 0\nfor _ in range(80):\n    try:\n        pid = os.fork()\n"

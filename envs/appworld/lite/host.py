@@ -111,7 +111,7 @@ class CellRun:
             jail.set_rlimits(memory_mb, int(timeout_s) + 1)
         proc = subprocess.Popen(jail.bwrap_argv([python, "-I", "-S", "-c", source, str(req_w), str(rep_r)]),
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                pass_fds=(req_w, rep_r), preexec_fn=limits)
+                                pass_fds=(req_w, rep_r), preexec_fn=limits, env=jail.CELL_ENV)
         os.close(req_w)
         os.close(rep_r)
         shell = {"apps": list(apps.APPS), "code": self.job["code"], "variables": self.job["variables"],

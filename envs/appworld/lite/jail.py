@@ -5,6 +5,9 @@ capabilities, no new user namespaces), a root holding only /usr (and its /bin, /
 installation that runs it (read-only), a private /proc, a minimal /dev and an empty 16 MiB /tmp. So the checkout
 (tasks.py with the checks and reference solutions), the datasets, the trainer's files and its processes are not
 there to read or signal, and there is no network. It dies with the host that started it (`--die-with-parent`).
+Its environment is CELL_ENV and nothing else, in the cell and in bubblewrap's own init (PID 1 of the sandbox, whose
+/proc/1/environ the cell can read): bwrap itself starts with CELL_ENV, so neither the trainer's PATH nor the host's
+PYTHONPATH (the checkout's path) crosses.
 Limits: rlimits per process (address space, CPU time, file size, open files, no core) and, where the machine has
 cgroup v1 `memory` and `pids` controllers we may write to (as root here), a memory and process limit for the whole
 cell. Without that cgroup the memory limit is per process and the process count is bounded only by the PID
@@ -27,6 +30,8 @@ NOBODY = 65534
 CGROUP_ROOT = "/sys/fs/cgroup"
 MAX_PIDS = 32
 TMP_BYTES = 16 << 20
+# The whole environment of the sandbox: no variable of the trainer's or the host's (PATH, PYTHONPATH, tokens, paths)
+CELL_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PYTHONIOENCODING": "utf-8", "PYTHONDONTWRITEBYTECODE": "1"}
 INSTALL_HINT = ("AppWorld lite runs each cell under bubblewrap: install it (`apt-get install -y bubblewrap` on "
                 "Debian/Ubuntu, as root; scripts/setup.sh does where it can)")
 
@@ -56,7 +61,8 @@ def _root_entries() -> list:
 
 
 def bwrap_argv(argv: list) -> list:
-    """The bubblewrap command line that runs `argv` (an interpreter under cell_python()'s prefix) in the sandbox."""
+    """The bubblewrap command line that runs `argv` (an interpreter under cell_python()'s prefix) in the sandbox;
+    start it with env=CELL_ENV (bwrap's init inside keeps the environment bwrap was given, --clearenv or not)."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise SandboxUnavailable(f"`bwrap` was not found on PATH. {INSTALL_HINT}.")
@@ -72,8 +78,7 @@ def bwrap_argv(argv: list) -> list:
             "--cap-drop", "ALL",
             "--uid", str(NOBODY), "--gid", str(NOBODY), *_root_entries(), *prefix_bind,
             "--proc", "/proc", "--dev", "/dev", "--size", str(TMP_BYTES), "--tmpfs", "/tmp", "--chdir", "/tmp",
-            "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp",
-            "--setenv", "PYTHONIOENCODING", "utf-8", "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--", *argv]
+            "--clearenv", *[a for k, v in CELL_ENV.items() for a in ("--setenv", k, v)], "--", *argv]
 
 
 @functools.lru_cache(maxsize=None)
@@ -82,7 +87,7 @@ def require_sandbox():
     python, _ = cell_python()
     try:
         proc = subprocess.run(bwrap_argv([python, "-I", "-S", "-c", "pass"]), capture_output=True, text=True,
-                              timeout=30)
+                              env=CELL_ENV, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SandboxUnavailable(f"bubblewrap could not start: {exc}. {INSTALL_HINT}.") from None
     if proc.returncode != 0:
