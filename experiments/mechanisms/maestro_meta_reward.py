@@ -33,7 +33,15 @@ Deciding metric, fixed before the first analysis: per condition and kind, the re
 steps 1-10 (pi still near uniform there), with the mean +- SE over those steps of every reward's D; the mechanism is
 identified by the condition under which `len`'s lead disappears.
 
-    python -m experiments.mechanisms.maestro_meta_reward RUN_DIR [--results PREFIX]
+Reversed sign (issue 49, added after the analyses above): `--flip ent` replaces a reward's logged component by
+1 - value once the run is reconstructed. For a reward that is rank-normalised within its group (`ppl`, `ent`, `pref`:
+rewards/policy_rewards.group_rank_normalize, ties at their mean rank) that is exactly its value under the opposite
+sign, so the logged runs, all trained while credo's `ent` had EM-GRPO's sign, are scored with MAESTRO's. It is a
+counterfactual: the responses, the logged pi and the drawn actions stay the run's (step 1's batch is the base model's,
+the same under either sign for the same seed; later batches came from a policy trained with the old sign), and the
+drawn part of the gradient is recomputed from those actions with the flipped reward.
+
+    python -m experiments.mechanisms.maestro_meta_reward RUN_DIR [--results PREFIX] [--flip ent]
 """
 import argparse
 import gzip
@@ -157,9 +165,21 @@ def run_meta_reward(run_dir: str) -> str:
     return "advantage"
 
 
-def analyse(run_dir: str, rewards: list, eta: float, draws: int, seed: int = 0) -> dict:
+def flip(rewards: torch.Tensor, columns: list) -> torch.Tensor:
+    """Tensor[N, K] with the given columns replaced by 1 - value: a group-rank-normalised reward under the opposite
+    sign (rank(-x) = (G - 1) - rank(x), ties included; NaN stays NaN). Tensor[N, K] -> Tensor[N, K]."""
+    out = rewards.clone()
+    out[:, columns] = 1.0 - out[:, columns]
+    return out
+
+
+def analyse(run_dir: str, rewards: list, eta: float, draws: int, seed: int = 0, flipped: tuple = ()) -> dict:
     """D_k per condition, and the Conductor's bias gradient under the meta-reward the run used: the GRPO advantage
-    (`advantage`: the 'as run' condition) or the group-centred mixed reward (`centred`: the 'no std' one)."""
+    (`advantage`: the 'as run' condition) or the group-centred mixed reward (`centred`: the 'no std' one).
+    flipped: rewards scored with the opposite sign once the run is reconstructed (module docstring)."""
+    unknown = [name for name in flipped if name not in rewards]
+    if unknown:
+        raise SystemExit(f"--flip {','.join(unknown)}: not among the run's rewards {','.join(rewards)}")
     steps = load_steps(run_dir, rewards)
     meta = run_meta_reward(run_dir)
     conductor_condition = "as run" if meta == "advantage" else "no std"
@@ -173,6 +193,10 @@ def analyse(run_dir: str, rewards: list, eta: float, draws: int, seed: int = 0) 
         if worst > 1e-4:
             raise SystemExit(f"{run_dir}: step {step}'s logged advantages differ from the recomputed ones by {worst:.2g}: "
                              f"not the run's rows, reward order ({','.join(rewards)}), eta or --scale_rewards group")
+        if flipped:   # the run's draws scored with the reversed rewards: what the meta-reward would have returned
+            s["rewards"] = flip(s["rewards"], [rewards.index(name) for name in flipped])
+            s["advantages"] = maestro(s["rewards"], s["actions"], s["group_ids"], eta=eta, scale="group",
+                                      reward_scale="batch_rank")
         for cond, (where, grpo_scale) in CONDITIONS.items():
             scaled = batch_rank(s["rewards"]) if where == "batch" else group_rank(s["rewards"], s["group_ids"])
             d = meta_signal(scaled, s["group_ids"], s["probs"], eta, grpo_scale, draws, gen)
@@ -185,6 +209,7 @@ def analyse(run_dir: str, rewards: list, eta: float, draws: int, seed: int = 0) 
     pi = {step: {kind: v.tolist() for kind, v in sorted(s["pi"].items())} for step, s in steps.items()}
     return {"name": "maestro_meta_reward", "run": os.path.relpath(os.path.abspath(run_dir), REPO),
             "deciding_metric": DECIDING_METRIC, "rewards": rewards, "eta": eta, "draws": draws, "meta_reward": meta,
+            "flipped": list(flipped),
             "per_response_pi": all(s["per_response_pi"] for s in steps.values()),
             "reconstruction_max_abs_error": worst, "steps": sorted(steps), "signal": out, "pi": pi,
             "gradient": {"expected": expected, "realized": realized}, "environment": environment()}
@@ -211,12 +236,18 @@ def report(result: dict) -> str:
     kinds = sorted(next(iter(result["signal"]["as run"].values())))
     last = max(result["steps"])
     lines = ["# MAESTRO's meta-reward on a real run's batches: what each emphasis action is worth\n",
-             f"`python -m experiments.mechanisms.maestro_meta_reward {result['run']}`\n",
+             f"`python -m experiments.mechanisms.maestro_meta_reward {result['run']}"
+             + (f" --flip {','.join(result['flipped'])}" if result.get("flipped") else "") + "`\n",
              f"Deciding metric (fixed before the analysis): {result['deciding_metric']}.\n",
              f"D_k = E[A_i | a_i = k] - E_pi[A_i] over the kind's responses, the other responses' actions drawn from "
              f"that step's logged pi ({result['draws']} draws a step), eta {result['eta']}; rewards {names}. The run's "
              f"logged advantages are reproduced to {result['reconstruction_max_abs_error']:.1e} from its logged rows "
              f"and actions. Positive D_k: emphasising k raises the response's advantage, so the Conductor moves toward k.\n"]
+    if result.get("flipped"):
+        lines.append(f"**Reversed sign: {', '.join(result['flipped'])}** scored as 1 - its logged value after the "
+                     "reconstruction (the opposite sign of a group-ranked reward). A counterfactual: the responses, the "
+                     "logged pi and the drawn actions are the run's, trained with the other sign; step 1's batch is the "
+                     "base model's under either sign.\n")
     for first, to in [(1, min(10, last))] + ([(11, last)] if last > 10 else []):
         lines += [f"\n## Steps {first}-{to}: mean D_k ± SE over steps\n",
                   "| condition | kind | " + " | ".join(names) + " | highest |", "|---" * (k + 3) + "|"]
@@ -255,9 +286,12 @@ def main():
     p.add_argument("--draws", type=int, default=32, help="action vectors drawn from pi per step (default 32)")
     p.add_argument("--results", default=os.path.join(REPO, "experiments", "results", "mechanisms_maestro_meta_reward"),
                    help="output prefix for .json and .md")
+    p.add_argument("--flip", default="", help="rewards scored with the opposite sign, comma list (e.g. ent: a run "
+                   "from before e1a54e2 read at MAESTRO's sign; module docstring); default none")
     a = p.parse_args()
     torch.set_num_threads(1)
-    write(analyse(a.run_dir, a.rewards.split(","), a.eta, a.draws), a.results, report)
+    flipped = tuple(n.strip() for n in a.flip.split(",") if n.strip())
+    write(analyse(a.run_dir, a.rewards.split(","), a.eta, a.draws, flipped=flipped), a.results, report)
 
 
 if __name__ == "__main__":

@@ -24,14 +24,17 @@ def final_pi(result: dict, last_steps: int = 10) -> list:
     return torch.tensor(rows, dtype=torch.float64).mean(0).tolist()
 
 
-def at_top(run_dir: str, names: list, windows) -> list:
+def at_top(run_dir: str, names: list, windows, flipped=()) -> list:
     """[(first, last, [share of responses scoring exactly 1 on each reward])] per window of steps, from the run's
-    logged rows: the tied top block that GRPO's std scaling favours (rl/advantages/maestro.py)."""
+    logged rows: the tied top block that GRPO's std scaling favours (rl/advantages/maestro.py). A flipped reward
+    (maestro_meta_reward --flip) scores 1 where its logged value is 0."""
     rows = read_jsonl(find(os.path.join(REPO, run_dir), "completions.jsonl"))
+    top = {n: 0.0 if n in flipped else 1.0 for n in names}
     out = []
     for first, last in windows:
         picked = [r for r in rows if first <= r["step"] <= last]
-        out.append((first, last, [sum(r["components"][n] == 1.0 for r in picked) / max(len(picked), 1) for n in names]))
+        out.append((first, last, [sum(r["components"][n] == top[n] for r in picked) / max(len(picked), 1)
+                                  for n in names]))
     return out
 
 
@@ -53,13 +56,19 @@ def summarize(paths: list, baseline: list = ()) -> dict:
                  for cond in ("as run", "no std")}
         split = [cumulative(r["gradient"], 1, last, j) for j in range(k)]
         windows = [(1, 5), (6, 10)] + ([(11, last)] if last > 10 else [])
-        runs.append({"result": path, "run": os.path.basename(r["run"]), "at_top": at_top(r["run"], names, windows), "meta_reward": r.get("meta_reward", "advantage"),
+        runs.append({"result": path, "run": os.path.basename(r["run"]),
+                     "at_top": at_top(r["run"], names, windows, r.get("flipped", ())),
+                     "meta_reward": r.get("meta_reward", "advantage"),
                      "final_pi": final_pi(r), "early_signal": early,
                      "expected": [e for e, _ in split], "drawn": [rz - e for e, (rz, _) in split],
                      "drawn_se": [se for _, (_, se) in split]})
     across = {cond: [mean_se([run["early_signal"][cond][j] for run in runs]) for j in range(k)]
               for cond in ("as run", "no std")}
-    out = {"name": "maestro_meta_reward_summary", "rewards": names, "runs": runs, "early_signal_across_runs": across}
+    flipped = sorted({n for r in results for n in r.get("flipped", ())})
+    if any(sorted(r.get("flipped", ())) != flipped for r in results):
+        raise SystemExit("the results reverse different rewards (--flip): summarize runs read one way")
+    out = {"name": "maestro_meta_reward_summary", "rewards": names, "runs": runs, "early_signal_across_runs": across,
+           "flipped": flipped}
     if baseline:
         if len(baseline) != len(paths):
             raise SystemExit(f"--baseline names {len(baseline)} results for {len(paths)} runs: pair them seed by seed")
@@ -75,7 +84,13 @@ def report(s: dict) -> str:
     head = " | ".join(names)
     lines = ["# MAESTRO's Conductor on real batches: signal and drift, run by run\n",
              "`python -m experiments.mechanisms.maestro_meta_reward_summary " + " ".join(r["result"] for r in s["runs"])
-             + "`\n", "## Where each Conductor ended (pi over the last 10 steps, both kinds)\n",
+             + "`\n"]
+    if s.get("flipped"):
+        lines.append(f"**Reversed sign: {', '.join(s['flipped'])}** (maestro_meta_reward --flip): the signal, the "
+                     "top-block shares and the expected and drawn gradients score the logged responses with the "
+                     "opposite sign; where each Conductor ended, its pi and its draws are the runs' own, trained with "
+                     "the other sign.\n")
+    lines += ["## Where each Conductor ended (pi over the last 10 steps, both kinds)\n",
              f"| run | meta-reward | {head} | top |", "|---" * (len(names) + 3) + "|"]
     for r in s["runs"]:
         top = names[max(range(len(names)), key=lambda j: r["final_pi"][j])]

@@ -130,3 +130,44 @@ def test_the_summary_puts_runs_side_by_side_with_the_spread_over_runs(tmp_path):
         s["runs"][0]["final_pi"][3] - s["runs"][1]["final_pi"][3])
     with pytest.raises(SystemExit, match="pair them seed by seed"):
         summary.summarize(paths, baseline=paths[:1])
+
+
+def test_one_minus_a_group_rank_is_the_rank_under_the_opposite_sign():
+    """What --flip relies on: rewards/policy_rewards' group rank of -x is 1 - its rank of x, ties and NaN included."""
+    from rewards.policy_rewards import group_rank_normalize
+    x = torch.tensor([0.3, 0.1, 0.3, float("nan"), 2.0, 2.0, 2.0, 7.0, 4.0])
+    groups = torch.tensor([0, 0, 0, 0, 1, 1, 1, 2, 3])       # ties, a NaN, a constant group, groups of one
+    flipped = meta.flip(group_rank_normalize(x, groups)[:, None], [0])[:, 0]
+    torch.testing.assert_close(group_rank_normalize(-x, groups), flipped, equal_nan=True)
+
+
+def test_a_flipped_reward_reads_the_run_as_if_it_had_logged_the_opposite_sign(tmp_path):
+    """--flip ent on a run equals the analysis of the same rows logged with ent = 1 - value (and the advantages that
+    those rows give the logged actions): every condition's signal, both gradient parts and the top-block shares."""
+    from experiments.mechanisms import maestro_meta_reward_summary as summary
+    (tmp_path / "old").mkdir()
+    (tmp_path / "new").mkdir()
+    old = fake_run(tmp_path / "old", steps=2)
+    rows = [json.loads(line) for line in open(old / "completions.jsonl")]
+    for step in (1, 2):
+        picked = [r for r in rows if r["step"] == step]
+        for r in picked:
+            r["components"]["ent"] = 1.0 - r["components"]["ent"]
+        rewards = torch.tensor([[r["components"][n] for n in REWARDS] for r in picked])
+        actions = torch.tensor([r["extras"]["actions"] for r in picked])
+        group_ids = torch.tensor([r["group"] for r in picked])
+        adv = maestro(rewards, actions, group_ids, eta=0.5, scale="group", reward_scale="batch_rank")
+        for r, a in zip(picked, adv.tolist()):
+            r["advantage"] = a
+    with open(tmp_path / "new" / "completions.jsonl", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    (tmp_path / "new" / "metrics.jsonl").write_text((old / "metrics.jsonl").read_text())
+    flipped = meta.analyse(str(old), REWARDS, eta=0.5, draws=2, flipped=("ent",))
+    rewritten = meta.analyse(str(tmp_path / "new"), REWARDS, eta=0.5, draws=2)
+    assert flipped["flipped"] == ["ent"] and "Reversed sign: ent" in meta.report(flipped)
+    for key in ("signal", "gradient"):
+        assert json.dumps(flipped[key], sort_keys=True) == json.dumps(rewritten[key], sort_keys=True)
+    assert summary.at_top(flipped["run"], REWARDS, [(1, 2)], flipped["flipped"]) == \
+        summary.at_top(rewritten["run"], REWARDS, [(1, 2)])
+    with pytest.raises(SystemExit, match="--flip pref: not among"):
+        meta.analyse(str(old), REWARDS, eta=0.5, draws=2, flipped=("pref",))
