@@ -25,10 +25,10 @@ from rl.engine.models import is_local_model_path
 from rl.rollout.data import DataError, load_rows
 from rl.rollout.data_files import check_data_path
 from rl.rollout.episode_end import check_env_supports
-from rl.rollout.samplers import DECODE_LOOPS
+from rl.rollout.samplers import DECODE_LOOPS, make_sampler
 from rl.rollout.vllm.backend import add_vllm_engine_flags, validate_rollout_backend
 from rl.run.saved_config import default_output_dir
-from rl.eval.evaluation import aggregate, evaluate, markdown_table, model_label, setting_differences
+from rl.eval.evaluation import EvalSettings, aggregate, evaluate, markdown_table, model_label, setting_differences
 from rl.engine.models import DEFAULT_MODEL_DIR, load_tokenizer
 
 
@@ -234,7 +234,9 @@ def main(argv=None):
     t0 = time.perf_counter()
     rows = eval_rows(args)
     mine = list(range(rank, len(rows), world))  # problem i goes to rank i % world
-    problems = evaluate(model, tokenizer, [rows[i] for i in mine], args, show_progress=rank == 0, indices=mine)
+    sampler = make_sampler(args, model, tokenizer)  # --rollout_backend, --decode_loop; greedy at --temperature 0
+    problems = evaluate(sampler, tokenizer, [rows[i] for i in mine], EvalSettings.from_args(args),
+                        show_progress=rank == 0, indices=mine)
     if world > 1:
         from rl.engine import dist
         gathered = {i: p for shard in dist.all_gather_object(list(zip(mine, problems))) for i, p in shard}

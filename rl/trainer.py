@@ -247,7 +247,7 @@ class Trainer:
             self.scorer.close()
             return
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-        validation = PeriodicValidation(self.args, self.actor, self.tokenizer, self.steps)  # --eval_steps (0 = off)
+        validation = PeriodicValidation.from_args(self.args, self.actor, self.tokenizer, self.steps)  # 0 = off
         best = BestCheckpoint(self.args.save_best_metric, out.output_dir, resumed=self.run.resume is not None)
         initial = validation.before_train(self.step)  # --eval_before_train: the initial model, logged as step 0
         if initial:

@@ -8,6 +8,7 @@ at its first success); under --episode_end max_turns they differ by the solution
 `regression_rate` counts.
 """
 import os
+from dataclasses import dataclass
 from math import comb
 
 import torch
@@ -70,18 +71,50 @@ def aggregate(problems: list, ks: list, max_turns: int) -> dict:
     return metrics
 
 
-def evaluate(model, tokenizer, rows, args, show_progress: bool = True, indices: list = None) -> list:
-    """Play n episodes per problem; return one record per problem with correct_by_turn and the responses.
+@dataclass(frozen=True)
+class EvalSettings:
+    """What `evaluate` reads of the flags: built from eval.py's by `from_args`, from train.py's (--eval_steps) by
+    rl.eval.validation.PeriodicValidation.from_args."""
+    env_cls: type
+    n: int                # samples per problem (eval.py --n, train.py --eval_n)
+    batch_size: int       # samples per generate call
+    prompt_key: str
+    answer_key: str
+    max_turns: int
+    max_prompt_seq_len: int  # a longer first prompt is left-truncated
+    env_kwargs: dict      # the episode end, for verify-and-refine envs only (rl.rollout.episode_end.env_kwargs)
+    env_settings: dict    # the env's own flags (Env.settings_from_args)
+    code_workers: int = 1  # env steps run in parallel (train.py's --code_workers; eval.py has no such flag)
+
+    @classmethod
+    def from_args(cls, args, n: int = None) -> "EvalSettings":
+        """`args` holds env_cls (eval.py's validate sets it) and the env's flags; `n` overrides args.n."""
+        return cls(env_cls=args.env_cls, n=args.n if n is None else n, batch_size=args.batch_size,
+                   prompt_key=args.prompt_key, answer_key=args.answer_key, max_turns=args.max_turns,
+                   max_prompt_seq_len=args.max_prompt_seq_len, env_kwargs=env_kwargs(args, args.env_cls),
+                   env_settings=args.env_cls.settings_from_args(args),
+                   code_workers=getattr(args, "code_workers", 1))
+
+    def make_env(self, verifier):
+        return self.env_cls(verifier=verifier, prompt_key=self.prompt_key, answer_key=self.answer_key,
+                            max_turns=self.max_turns, **self.env_kwargs, **self.env_settings)
+
+
+def evaluate(sampler, tokenizer, rows, settings: EvalSettings, show_progress: bool = True,
+             indices: list = None) -> list:
+    """Play n episodes per problem with `sampler` (rl.rollout.samplers.make_sampler: greedy at temperature 0);
+    return one record per problem with correct_by_turn and the responses.
 
     `indices` are the rows' positions in the whole eval set (a rank's shard), the default id of a row without one.
     """
     from rl.rollout.episodes import EpisodeSettings, run_episodes  # here: the metrics above need no model stack
-    from rl.rollout.samplers import make_sampler
     indices = list(range(len(rows))) if indices is None else indices
-    verifier = args.env_cls.make_verifier(answer_key=args.answer_key)
-    sampler = make_sampler(args, model, tokenizer)  # --decode_loop, greedy at --temperature 0
-    samples = [(p, row) for p, row in enumerate(rows) for _ in range(args.n)]
-    problems = [{"id": row.get("id", i), "answer": row.get(args.answer_key), "correct_by_turn": [],
+    verifier = settings.env_cls.make_verifier(answer_key=settings.answer_key)
+    episode_settings = EpisodeSettings(max_turns=settings.max_turns, max_prompt_seq_len=settings.max_prompt_seq_len,
+                                       code_workers=settings.code_workers)
+    n = settings.n
+    samples = [(p, row) for p, row in enumerate(rows) for _ in range(n)]
+    problems = [{"id": row.get("id", i), "answer": row.get(settings.answer_key), "correct_by_turn": [],
                  "score_by_turn": [], "responses": []}
                 for i, row in zip(indices, rows)]
     done = correct = 0
@@ -89,13 +122,11 @@ def evaluate(model, tokenizer, rows, args, show_progress: bool = True, indices: 
     # batch, and tqdm's moving average then read one batch's seconds as each problem's (an ETA of hours).
     bar = tqdm(total=len(rows), desc="eval", unit="problem", dynamic_ncols=True, smoothing=0,
                disable=not show_progress)
-    for start in range(0, len(samples), args.batch_size):
-        chunk = samples[start:start + args.batch_size]
-        envs = [args.env_cls(verifier=verifier, prompt_key=args.prompt_key, answer_key=args.answer_key,
-                             max_turns=args.max_turns, **env_kwargs(args, args.env_cls),
-                             **args.env_cls.settings_from_args(args)) for _ in chunk]
+    for start in range(0, len(samples), settings.batch_size):
+        chunk = samples[start:start + settings.batch_size]
+        envs = [settings.make_env(verifier) for _ in chunk]
         batch = run_episodes(sampler, tokenizer, envs, [row for _, row in chunk], torch.tensor([p for p, _ in chunk]),
-                             lambda env, text: env.step(text), EpisodeSettings.from_args(args), {})
+                             lambda env, text: env.step(text), episode_settings, {})
         for (p, _), env, scores, conversation in zip(chunk, envs, batch.turn_scores.tolist(), batch.conversations):
             taken = [s for s in scores if s == s]  # drop NaN (turns not taken)
             record = env.episode_record()  # env-specific extras (AppWorld: task id, checks passed)
@@ -104,9 +135,9 @@ def evaluate(model, tokenizer, rows, args, show_progress: bool = True, indices: 
             problems[p]["correct_by_turn"].append([int(s >= SUCCESS_THRESHOLD) for s in taken])
             problems[p]["score_by_turn"].append(taken)
             problems[p]["responses"].append([m["content"] for m in conversation if m["role"] == "assistant"])
-            if len(problems[p]["correct_by_turn"]) == args.n:
+            if len(problems[p]["correct_by_turn"]) == n:
                 done += 1
-                correct += sum(s[-1] for s in problems[p]["correct_by_turn"] if s) / args.n
+                correct += sum(s[-1] for s in problems[p]["correct_by_turn"] if s) / n
         if done:
             bar.set_postfix(pass1=f"{correct / done:.3f}", refresh=False)
         bar.update(done - bar.n)

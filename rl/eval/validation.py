@@ -10,6 +10,7 @@ problem at --eval_temperature, greedy by default). The metrics go into that step
 import argparse
 import math
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -74,36 +75,47 @@ def validate_validation(args, env_cls, bad):
             data_paths(args.eval_data_path)
         except DataError as exc:
             bad(f"--eval_data_path: {exc}")
-    elif env_cls.dataset("eval", 1, 0) is None:
+    elif env_cls.dataset("eval", 1, 0, **env_cls.settings_from_args(args)) is None:
         bad(f"--eval_steps: --env {args.env} has no held-out split of its own; pass --eval_data_path")
 
 
-def eval_rows(args, env_cls) -> list:
-    """The first --eval_limit held-out rows (the rows eval.py --limit N evaluates)."""
-    if args.eval_data_path is None:
-        return env_cls.dataset("eval", args.eval_limit, 0)[:args.eval_limit]
+@dataclass(frozen=True)
+class ValidationSettings:
+    """What the validation reads of train.py's flags."""
+    every: int                 # --eval_steps (0 = off)
+    before_train: bool         # --eval_before_train
+    limit: int                 # --eval_limit
+    n: int                     # --eval_n
+    temperature: float         # --eval_temperature
+    seed: int                  # --seed
+    data_path: str = None      # --eval_data_path (None: the env's held-out split)
+    data_split: str = "test"   # --eval_data_split
+
+    @classmethod
+    def from_args(cls, args) -> "ValidationSettings":
+        return cls(every=args.eval_steps, before_train=bool(args.eval_steps) and args.eval_before_train,
+                   limit=args.eval_limit, n=args.eval_n, temperature=args.eval_temperature, seed=args.seed,
+                   data_path=args.eval_data_path, data_split=args.eval_data_split)
+
+
+def eval_rows(settings: ValidationSettings, eval_settings) -> list:
+    """The first --eval_limit held-out rows (the rows eval.py --limit N evaluates), read with the env's own flags
+    (toolcall's categories, AppWorld's backend) as eval.py reads them."""
+    env_cls = eval_settings.env_cls
+    if settings.data_path is None:
+        return env_cls.dataset("eval", settings.limit, 0, **eval_settings.env_settings)[:settings.limit]
     from rl.rollout.data import DataError, load_rows
     try:
-        rows = load_rows(args.eval_data_path, env_cls.data_keys(args.prompt_key, args.answer_key), args.eval_data_split)
+        rows = load_rows(settings.data_path, env_cls.data_keys(eval_settings.prompt_key, eval_settings.answer_key),
+                         settings.data_split)
     except DataError as exc:
         raise SystemExit(f"train.py: error: bad --eval_data_path data: {exc}") from None
-    return rows[:args.eval_limit]
+    return rows[:settings.limit]
 
 
 def eval_ks(n: int) -> list:
     """The k of the logged pass@k: 1, 2, 4, ... up to n, and n itself (credo's reading; eval.py takes --k)."""
     return sorted({n, *(2 ** i for i in range(n.bit_length()) if 2 ** i <= n)})
-
-
-def eval_settings(args, env_cls):
-    """The train run's flags as eval.py's: --eval_n samples per problem at --eval_temperature (full top-p and top-k,
-    eval.py's defaults), the run's turns and lengths."""
-    settings = argparse.Namespace(**vars(args))
-    settings.env_cls, settings.n, settings.batch_size = env_cls, args.eval_n, EVAL_BATCH_SIZE
-    settings.temperature, settings.top_p, settings.top_k = args.eval_temperature, 1.0, 0
-    # the actor generates (credo's reading): a second vLLM engine per validation would not fit beside the first
-    settings.rollout_backend = "hf"
-    return settings
 
 
 def rank_shard(n_rows: int, rank: int, world: int) -> tuple:
@@ -117,27 +129,42 @@ def rank_shard(n_rows: int, rank: int, world: int) -> tuple:
 
 class PeriodicValidation:
     """Runs the validation at the steps --eval_steps names; `after_step` returns the eval/ metrics (or {}), and
-    `before_train` those of the initial model under --eval_before_train."""
+    `before_train` those of the initial model under --eval_before_train. Built by `from_args`."""
 
-    def __init__(self, args, actor, tokenizer, total_steps: int):
-        self.every, self.total, self.actor, self.tokenizer = args.eval_steps, total_steps, actor, tokenizer
-        self.at_start = bool(args.eval_steps) and args.eval_before_train
-        self.ks, self.seed = eval_ks(args.eval_n), args.seed
-        if not self.every:
-            return
+    def __init__(self, settings: ValidationSettings, total_steps: int, actor=None, tokenizer=None, sampler=None,
+                 eval_settings=None, rows=None):
+        self.settings, self.every, self.total = settings, settings.every, total_steps
+        self.actor, self.tokenizer, self.sampler = actor, tokenizer, sampler
+        self.eval_settings, self.rows, self.ks = eval_settings, rows, eval_ks(settings.n)
+
+    @classmethod
+    def from_args(cls, args, actor, tokenizer, total_steps: int) -> "PeriodicValidation":
+        settings = ValidationSettings.from_args(args)
+        if not settings.every:
+            return cls(settings, total_steps)
         from envs import env_class
-        env_cls = env_class(args.env)
-        self.settings = eval_settings(args, env_cls)
-        self.rows = eval_rows(args, env_cls)
-        if not self.rows:
+        from rl.eval.evaluation import EvalSettings
+        from rl.rollout.samplers import make_sampler
+        as_eval_py = argparse.Namespace(**vars(args))
+        as_eval_py.env_cls, as_eval_py.batch_size = env_class(args.env), EVAL_BATCH_SIZE
+        evaluation = EvalSettings.from_args(as_eval_py, n=settings.n)
+        rows = eval_rows(settings, evaluation)
+        if not rows:
             raise SystemExit("train.py: error: --eval_steps: the held-out split has no rows")
+        # eval.py's sampler: --eval_temperature (0 = greedy), full top-p and top-k (eval.py's defaults), the run's
+        # answer length and decode loop; the actor generates (credo's reading): a second vLLM engine per validation
+        # would not fit beside the first
+        as_eval_py.temperature, as_eval_py.top_p, as_eval_py.top_k = settings.temperature, 1.0, 0
+        as_eval_py.rollout_backend = "hf"
+        sampler = make_sampler(as_eval_py, actor, tokenizer)
+        return cls(settings, total_steps, actor, tokenizer, sampler, evaluation, rows)
 
     def due(self, step: int) -> bool:
         return bool(self.every) and (step % self.every == 0 or step == self.total)
 
     def before_train(self, step: int) -> dict:
         """Step 0's validation (a fresh run only: a resumed run validated its start when it began)."""
-        return self.validate() if self.at_start and step == 0 else {}
+        return self.validate() if self.settings.before_train and step == 0 else {}
 
     def after_step(self, step: int) -> dict:
         return self.validate() if self.due(step) else {}
@@ -148,15 +175,15 @@ class PeriodicValidation:
         rng = rng_state()  # validation must not shift the training's sampling stream
         # eval.py's seeding, so a sampled validation (--eval_temperature > 0) is the same draw at every step and
         # equals eval.py --seed S on that step's export
-        torch.manual_seed(self.seed + dist.rank())
+        torch.manual_seed(self.settings.seed + dist.rank())
         indices, real = rank_shard(len(self.rows), dist.rank(), dist.world_size())
         was_training = self.actor.training
-        problems = evaluate(self.actor, self.tokenizer, [self.rows[i] for i in indices], self.settings,
+        problems = evaluate(self.sampler, self.tokenizer, [self.rows[i] for i in indices], self.eval_settings,
                             show_progress=False, indices=indices)[:real]
         self.actor.train(was_training)
         set_rng_state(rng)
         gathered = {i: p for shard in dist.all_gather_object(list(zip(indices[:real], problems))) for i, p in shard}
-        metrics = aggregate([gathered[i] for i in range(len(self.rows))], self.ks, self.settings.max_turns)
+        metrics = aggregate([gathered[i] for i in range(len(self.rows))], self.ks, self.eval_settings.max_turns)
         out = {f"eval/{k}": v for k, v in metrics.items()}
         out["eval/num_problems"] = float(len(self.rows))
         out["time/eval"] = time.perf_counter() - t0

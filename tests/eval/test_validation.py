@@ -21,7 +21,7 @@ def test_every_rank_plays_the_same_number_of_rows_and_each_row_once():
 
 
 def test_validation_runs_every_n_steps_and_after_the_last():
-    validation = PeriodicValidation(default_args(eval_steps=0), None, None, 5)
+    validation = PeriodicValidation.from_args(default_args(eval_steps=0), None, None, 5)
     assert not any(validation.due(s) for s in range(1, 6))
     validation.every = 2
     assert [s for s in range(1, 6) if validation.due(s)] == [2, 4, 5]
@@ -44,7 +44,7 @@ def test_validation_metrics_are_eval_py_metrics_of_the_same_model(tiny_model_dir
     from rl.engine.models import load_tokenizer
     args = default_args(env=FIXTURE_ENV, eval_steps=1, eval_limit=6, max_answer_seq_len=12)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    got = PeriodicValidation(args, model, load_tokenizer(tiny_model_dir), 1).after_step(1)
+    got = PeriodicValidation.from_args(args, model, load_tokenizer(tiny_model_dir), 1).after_step(1)
     expected = eval_cli.main(["--model_name_or_path", tiny_model_dir, "--env", FIXTURE_ENV, "--limit", "6",
                               "--max_new_tokens", "12", "--max_prompt_seq_len", str(args.max_prompt_seq_len)])
     assert got["eval/num_problems"] == 6
@@ -59,7 +59,7 @@ def test_sampled_validation_is_eval_py_at_the_same_n_temperature_and_seed(tiny_m
     args = default_args(env=FIXTURE_ENV, eval_steps=1, eval_limit=4, eval_n=4, eval_temperature=1.0,
                         max_answer_seq_len=12, seed=3)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    got = PeriodicValidation(args, model, load_tokenizer(tiny_model_dir), 1).after_step(1)
+    got = PeriodicValidation.from_args(args, model, load_tokenizer(tiny_model_dir), 1).after_step(1)
     expected = eval_cli.main(["--model_name_or_path", tiny_model_dir, "--env", FIXTURE_ENV, "--limit", "4",
                               "--max_new_tokens", "12", "--max_prompt_seq_len", str(args.max_prompt_seq_len),
                               "--n", "4", "--k", "1,2,4", "--temperature", "1.0", "--seed", "3"])["metrics"]
@@ -113,3 +113,20 @@ def test_two_rank_validation_logs_eval_metrics_at_its_steps_equal_to_eval_py(zer
     for with_eval, without in zip(rows, plain):
         for key in ("reward/mean", "actor/loss", "actor/grad_norm"):
             assert with_eval[key] == pytest.approx(without[key], rel=1e-6), (with_eval["step"], key)
+
+
+def test_validation_reads_the_held_out_rows_with_the_envs_own_flags(tiny_model_dir):
+    """--eval_steps with --env toolcall --toolcall_categories parallel validates on eval.py's rows for the same flags
+    (the env's dataset once ignored its flags here: every category was validated)."""
+    pytest.importorskip("bfcl_eval")
+    from rl.engine.models import load_tokenizer
+    flags = ["--env", "toolcall", "--toolcall_categories", "parallel"]
+    args = parse_args(["--model_name_or_path", tiny_model_dir, "--eval_steps", "1", "--eval_limit", "5", *flags])
+    from transformers import AutoModelForCausalLM
+    validation = PeriodicValidation.from_args(args, AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                                              load_tokenizer(tiny_model_dir), 1)
+    eval_args = eval_cli.build_parser().parse_args(["--model_name_or_path", tiny_model_dir, "--limit", "5", *flags])
+    eval_cli.validate(eval_args)
+    expected = eval_cli.eval_rows(eval_args)
+    assert [row["id"] for row in validation.rows] == [row["id"] for row in expected]
+    assert all(row["id"].startswith("parallel") for row in validation.rows), [row["id"] for row in validation.rows]
