@@ -1,5 +1,5 @@
 """DARA: density-aware reward weights on top of GDPO, w_k = min(w_max, sqrt(rho_ref / rho_k)).
-The maths: rl/advantages/dara.py."""
+The maths and the diagnostics' energy view: rl/advantages/dara.py."""
 from dataclasses import dataclass
 
 from rl.advantages.dara import dara
@@ -42,8 +42,19 @@ class DARA(Method):
         adv, info = dara(batch.component_matrix(), batch.group_ids, variant=c.dara_variant, w_max=c.dara_w_max,
                          tau=c.dara_tau, static_weights=weights_tensor(c.dara_static_weights, batch, "dara_static_weights"),
                          final_norm=c.final_norm, lengths=batch.lengths)
-        metrics = {}
-        for k, name in enumerate(batch.components):
-            metrics[f"dara/rho/{name}"] = info["rho"][k].item()
-            metrics[f"dara/w/{name}"] = info["w"][k].item()
-        return adv, metrics
+        return adv, dara_metrics(info, list(batch.components))
+
+
+def dara_metrics(info: dict, names: list) -> dict:
+    """The step's dara/<quantity>/<reward> metrics from dara()'s info: density and weight, and the diagnostics of the
+    energy view (rl/advantages/dara.py): groups where the reward is active (of dara/num_groups), its advantage energy
+    sum_i Z^2 before and after the weights, and cap_binds 1 when w_max clipped its weight."""
+    metrics = {"dara/num_groups": float(info["num_groups"])}
+    for k, name in enumerate(names):
+        metrics[f"dara/rho/{name}"] = info["rho"][k].item()
+        metrics[f"dara/w/{name}"] = info["w"][k].item()
+        metrics[f"dara/active_groups/{name}"] = float(info["active_groups"][k].item())
+        metrics[f"dara/energy/{name}"] = info["energy"][k].item()
+        metrics[f"dara/weighted_energy/{name}"] = info["weighted_energy"][k].item()
+        metrics[f"dara/cap_binds/{name}"] = float(info["cap_binds"][k].item())
+    return metrics

@@ -71,3 +71,52 @@ def test_nan_abstentions_never_reach_the_advantage():
     comps[5, 1] = float("nan")
     adv, _ = dara(comps, groups)
     assert torch.isfinite(adv).all()
+
+
+# --- the diagnostics (issue #48 item 6): energy per reward, active groups, whether the cap binds ---
+
+def fixed_batch():
+    """6 groups of 4: `dense` is active in all 6, `sparse` in 1 (rho 1/6: uncapped weight sqrt(6) = 2.45)."""
+    dense = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0] * 3)
+    sparse = torch.zeros(24)
+    sparse[1] = 1.0
+    return torch.stack([dense, sparse], dim=1), torch.arange(6).repeat_interleave(4)
+
+
+def test_energy_is_g_minus_one_per_active_group():
+    """A binary reward's sample-std z-scores square-sum to G - 1 = 3 in every group where it varies."""
+    comps, groups = fixed_batch()
+    _, info = dara(comps, groups, variant="sym", w_max=5.0)
+    assert info["active_groups"].tolist() == [6, 1]
+    assert info["energy"].tolist() == pytest.approx([3.0 * 6, 3.0 * 1], rel=1e-5)
+
+
+def test_sym_weights_equalise_the_energy_while_the_cap_does_not_bind():
+    comps, groups = fixed_batch()
+    _, info = dara(comps, groups, variant="sym", w_max=5.0)
+    assert info["w"][1].item() == pytest.approx(math.sqrt(6)) and not info["cap_binds"].any()
+    assert info["weighted_energy"].tolist() == pytest.approx([18.0, 18.0], rel=1e-5)  # w^2 x 3 = 6 x 3
+    _, capped = dara(comps, groups, variant="sym", w_max=2.0)  # sqrt(6) > 2: the sparse reward stays short
+    assert capped["cap_binds"].tolist() == [False, True]
+    assert capped["weighted_energy"].tolist() == pytest.approx([18.0, 4.0 * 3.0], rel=1e-5)
+
+
+def test_asym_energy_counts_only_the_amplified_positive_side():
+    comps, groups = fixed_batch()
+    z = per_reward_zscores(comps, groups)
+    _, info = dara(comps, groups, variant="asym", w_max=5.0)
+    w = math.sqrt(6)
+    expected = ((z[:, 1] + (w - 1) * z[:, 1].clamp(min=0)) ** 2).sum().item()  # one +1.5 and three -0.5 z-scores
+    assert info["weighted_energy"][1].item() == pytest.approx(expected, rel=1e-5)
+    assert expected == pytest.approx((1.5 * w) ** 2 + 3 * 0.25, rel=1e-5)
+    assert info["weighted_energy"][0].item() == pytest.approx(info["energy"][0].item())  # the dense weight is 1
+
+
+def test_cap_never_binds_for_static_weights_or_a_silent_reward():
+    comps, groups = fixed_batch()
+    _, static = dara(comps, groups, w_max=1.0, static_weights=torch.tensor([1.0, 3.0]))
+    assert not static["cap_binds"].any()
+    comps[:, 1] = 0.0  # never active: weight 1, nothing to cap
+    _, silent = dara(comps, groups, w_max=1.0)
+    assert silent["energy"][1].item() == 0.0 and not silent["cap_binds"].any()
+
