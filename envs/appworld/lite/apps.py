@@ -43,6 +43,22 @@ _TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean"
           "any": (str, int, float, bool, list, dict, type(None))}
 
 
+SQLITE_INT = (-(1 << 63), (1 << 63) - 1)  # SQLite's INTEGER is 64-bit: a larger int cannot even be bound to a query
+
+
+def _check_storable(name: str, value):
+    """422 for a value JSON can carry but SQLite cannot take: an int past 64 bits, text with a lone surrogate
+    (JSON's "\\ud800" escape; SQLite binds text as UTF-8). Unchecked, either raised in the world host mid-call."""
+    if isinstance(value, int) and not SQLITE_INT[0] <= value <= SQLITE_INT[1]:
+        raise ApiError(422, f"parameter {name!r} must be an integer from -2**63 to 2**63-1 (SQLite's range)")
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ApiError(422, f"parameter {name!r} must be valid Unicode text: {exc.reason} at position "
+                                f"{exc.start}") from None
+
+
 def _check(spec: dict, kwargs: dict) -> dict:
     """Validated arguments with defaults filled in; ApiError 422 on unknown, missing, mistyped or out-of-range ones."""
     known = {p[0]: p for p in spec["params"]}
@@ -59,10 +75,13 @@ def _check(spec: dict, kwargs: dict) -> dict:
         value = kwargs[name]
         ok = value is None and default is None or isinstance(value, _TYPES[kind]) and \
             not (kind in ("integer", "number") and isinstance(value, bool))
-        if ok and kind == "list[string]":
+        if ok and kind == "list[string]" and value is not None:
             ok = all(isinstance(v, str) for v in value)
         if not ok:
             raise ApiError(422, f"parameter {name!r} must be of type {kind}, got {type(value).__name__}")
+        if kind != "any":  # "any" is stored as JSON text, which holds any JSON value
+            for item in value if isinstance(value, list) else (value,):
+                _check_storable(name, item)
         if value is not None and ("ge" in limits and value < limits["ge"] or "le" in limits and value > limits["le"]):
             raise ApiError(422, f"parameter {name!r} must be in [{limits.get('ge', '-inf')}, {limits.get('le', 'inf')}]")
         if "choices" in limits and value not in limits["choices"]:

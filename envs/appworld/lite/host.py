@@ -86,7 +86,21 @@ def answer(world, message: dict, calls: int) -> dict:
     except sqlite3.DatabaseError as exc:
         if "full" in str(exc):
             return {"error": [507, f"the world's storage is full ({protocol.MAX_DB_BYTES >> 20} MiB)"]}
+        if "interrupted" in str(exc):  # the progress handler's deadline (run_execute): the cell's time is up
+            raise Deadline() from None
+        return internal_error(app, api, exc)
+    except Deadline:
         raise
+    except Exception as exc:
+        return internal_error(app, api, exc)
+
+
+def internal_error(app: str, api: str, exc: Exception) -> dict:
+    """A 500, as a web API answers its own failure: the cell sees it and the host keeps serving. Bad arguments get
+    a 422 from apps._check before any handler runs (tests/envs/test_appworld_host.py sweeps every API's every
+    parameter with hostile values and allows no 500), so this is only the backstop that keeps the cell's earlier
+    effects and a reward from being dropped by a crashed host."""
+    return {"error": [500, f"internal error in {app}.{api}: {type(exc).__name__}: {str(exc)[:300]}"]}
 
 
 class CellRun:
