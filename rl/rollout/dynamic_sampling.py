@@ -17,7 +17,7 @@ from rl.engine import dist
 from rl.errors import TrainingAborted
 from rl.rollout.rows import join_rows
 
-FILTER_METRICS = ("reward", "correctness")
+FILTER_METRICS = ("reward", "reward_sum", "correctness")
 
 
 class FilterGroupsExhausted(TrainingAborted):
@@ -28,7 +28,8 @@ class FilterGroupsExhausted(TrainingAborted):
 class FilterSettings:
     """The --filter_groups flags (names as on the command line)."""
     filter_groups: bool
-    filter_groups_metric: str      # reward: what the method's advantage reads; correctness: the env's verifier
+    filter_groups_metric: str      # reward: what the method's advantage reads; reward_sum: the summed reward;
+                                   # correctness: the env's verifier
     filter_groups_max_rounds: int  # 0 = no cap
     per_component: bool            # the method normalises each reward component on its own (GDPO, DARA)
 
@@ -43,11 +44,13 @@ def spread_values(batch, settings: FilterSettings) -> torch.Tensor:
 
     reward: the scalar reward (GRPO, RLOO, MAESTRO's mix read it), or, for a method that normalises each component in
     its own group, every component: a group is only silent there when all of them tie (credo's reading; verl filters
-    on one named metric). correctness: the env verifier's score, verl's `metric: acc` of the DAPO recipe.
-    Abstentions (NaN) count as 0, as the scorer's weighted sum counts them."""
+    on one named metric). reward_sum: the scalar reward, the --reward_weights sum of the components, for every method:
+    DARA's section D.1 filters on the summed reward, so a GDPO or DARA group whose components trade off to the same
+    sum is dropped although its per-reward advantages are not zero. correctness: the env verifier's score, verl's
+    `metric: acc` of the DAPO recipe. Abstentions (NaN) count as 0, as the scorer's weighted sum counts them."""
     if settings.filter_groups_metric == "correctness":
         columns = [batch.correctness]
-    elif settings.per_component and batch.components:
+    elif settings.filter_groups_metric == "reward" and settings.per_component and batch.components:
         columns = list(batch.components.values())
     else:
         columns = [batch.scores]
@@ -126,8 +129,9 @@ def add_dynamic_sampling_flags(p):
                         "rollout round at a time, until every rank holds --per_device_generation_batch_size groups")
     g.add_argument("--filter_groups_metric", choices=FILTER_METRICS, default="reward",
                    help="what a group must vary in: reward = what the method's advantage reads (the scalar reward; "
-                        "each component for gdpo and dara); correctness = the env verifier's score (verl's acc, the "
-                        "DAPO recipe's choice)")
+                        "for gdpo and dara any one component, credo's reading); reward_sum = the summed reward "
+                        "(the --reward_weights sum of the components) whatever the method, as DARA filters (its "
+                        "D.1); correctness = the env verifier's score (verl's acc, the DAPO recipe's choice)")
     g.add_argument("--filter_groups_max_rounds", type=int, default=DEFAULT_MAX_ROUNDS,
                    help="rollout rounds per step at most (verl's max_num_gen_batches; the DAPO recipe's 10); a step "
                         "that still lacks groups then stops the run with an error and a checkpoint of the state "

@@ -50,6 +50,16 @@ def test_a_method_that_normalises_each_component_keeps_a_group_whose_components_
     assert groups_with_spread(spread_values(batch, _settings(per_component=True)), batch.group_ids)[0] == [0]
 
 
+def test_the_summed_reward_drops_a_dara_group_whose_components_trade_off_to_the_same_sum():
+    """DARA's D.1 filters on the summed reward; the any-component rule (`reward`) keeps the same group."""
+    batch = _rollout([[1.0, 1.0], [1.0, 2.0]], 0, 3, 3)  # scores: the weighted sums, as the scorer writes them
+    batch.components = {"tool_format": torch.tensor([1.0, 0.0, 1.0, 1.0]),
+                        "tool_correct": torch.tensor([0.0, 1.0, 0.0, 1.0])}
+    summed = spread_values(batch, _settings(metric="reward_sum", per_component=True))
+    assert summed.shape == (4, 1) and groups_with_spread(summed, batch.group_ids) == ([1], [0])
+    assert groups_with_spread(spread_values(batch, _settings(per_component=True)), batch.group_ids)[0] == [0, 1]
+
+
 def test_the_correctness_metric_reads_the_verifier_score_not_the_shaped_reward():
     batch = _rollout([[1.0, 0.7]], 0, 3, 3)
     batch.correctness = torch.tensor([1.0, 1.0])  # same answer right twice; the reward differs by length shaping

@@ -43,6 +43,7 @@ def test_combinations_dapo_cannot_serve_are_refused(argv, fragment, tiny_model_d
 
 @pytest.mark.parametrize("argv", [
     ["--filter_groups", "--algo", "gdpo", "--reward_funcs", "correctness,length"],
+    ["--filter_groups", "--filter_groups_metric", "reward_sum", "--algo", "dara", "--reward_funcs", "correctness,length"],
     ["--filter_groups", "--filter_groups_metric", "correctness", "--max_turns", "3"],  # trajectory scores
     ["--filter_groups", "--filter_groups_max_rounds", "0", "--overlong_buffer_len", "32", "--max_answer_seq_len", "32"],
     ["--mask_truncated_completions", "--algo", "tcpo", "--max_turns", "2"],
