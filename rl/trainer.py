@@ -29,7 +29,8 @@ from rl.errors import RewardFailure
 from rl.scoring import Scorer, ScoringSettings
 from rl.run.start import OutputSettings, start_run
 from rl.update.step_guard import StepGuard
-from rl.update.ppo import LossSettings, mini_batch_count, no_grad_logprobs, ppo_update
+from rl.update.ppo import LossSettings, mini_batch_count, no_grad_logprobs, ppo_update, update_sampling_signals
+from rl.update.ref_sync import ReferenceSync, RefSyncSettings
 from rl.eval.validation import PeriodicValidation
 from rl.run.best_checkpoint import BestCheckpoint
 
@@ -86,7 +87,9 @@ class Trainer:
             actor=self.actor, tokenizer=self.tokenizer, reference=self.reference, sampler=self.sampler,
             score_alternative=self.scorer.score_alternative, rank=self.rank, world=self.world))
         # what the sampling pass records so that TCPO's surprisal and `ent` need no forward (rl/rollout/sampling_signals.py)
-        self.sampling_signals = self.method.sampling_signals() | self.scorer.sampling_signals()
+        self.sampling_signals = (self.method.sampling_signals() | self.scorer.sampling_signals()
+                                 | update_sampling_signals(LossSettings.from_args(args)))
+        self.ref_sync = ReferenceSync(RefSyncSettings.from_args(args), self.actor, self.reference)  # --sync_ref_model
         # DAPO (rl/rollout/dynamic_sampling.py, rl/update/length_shaping.py): dynamic sampling rounds, the overlong punishment, the truncated-completion mask
         self.filter = FilterSettings.from_args(args, per_component=method_class(args.algo).min_rewards > 1)
         self.lengths = LengthSettings.from_args(args)
@@ -109,6 +112,7 @@ class Trainer:
         self.counters.update(state["counters"])
         self.scorer.load_state_dict(state["scorer"])
         self.method.load_state_dict(state.get("method", {}))
+        self.ref_sync.load_state_dict(state.get("reference", {}))
         if self.rank == 0:
             print(f"resumed from {os.path.join(root, tag)} at step {self.step}", flush=True)
 
@@ -198,6 +202,7 @@ class Trainer:
         metrics.update(env_metrics(batch.env_values))  # env/<component>/mean, env/info/<key>/mean
         self.completion_samples = completion_records(batch, self.args.log_completions) if self.rank == 0 else []
         metrics.update(self.train_on(mask_truncated(batch, self.lengths, self.sampler.eos_ids), timings))
+        metrics.update(self.ref_sync.after_step(self.step + 1))  # --sync_ref_model: the reference moves toward the policy
         timings["step"] = time.perf_counter() - t0
         slowest = dist.all_reduce(torch.tensor([timings[k] for k in sorted(timings)], dtype=torch.float64), op="max")
         for i, k in enumerate(sorted(timings)):
@@ -220,8 +225,11 @@ class Trainer:
         """A full checkpoint of the current state, unless --save_strategy final / no keeps none. True when saved."""
         if not self.output.checkpoints:
             return False
-        save_checkpoint(self.actor, self.output.output_dir, self.step, self.trainer_state(),
-                        self.output.save_total_limit, flags=self.run.flags)
+        state = self.trainer_state()
+        if self.ref_sync.active:  # the mixed reference is run state too (not in trainer_state: it runs every step)
+            state["reference"] = self.ref_sync.state_dict()
+        save_checkpoint(self.actor, self.output.output_dir, self.step, state, self.output.save_total_limit,
+                        flags=self.run.flags)
         return True
 
     def _on_signal(self, signum, frame):

@@ -72,7 +72,7 @@ record = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "gpu": 
           "recipe": "GRPO, arith, SmolLM2-135M-Instruct bf16, ZeRO-3, 1 GPU, 16 prompts x 8 samples, 128 new tokens",
           "backends": {}}
 keys = ("throughput/generated_tokens_per_s", "time/generate", "time/gather", "time/train", "time/step",
-        "rollout/logp_diff_max", "rollout/logp_diff_mean", "rollout/tis_capped_frac")
+        "rollout/logp_diff_max", "rollout/logp_diff_mean", "rollout/is_truncated_frac")
 for backend, state in statuses.items():
     path = os.path.join(out, backend, "metrics.jsonl")
     steps = [json.loads(line) for line in open(path)] if os.path.exists(path) else []

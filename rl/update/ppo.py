@@ -16,7 +16,9 @@ from rl.engine import dist
 from rl.update.batching import batched_response_logprobs, micro_batches
 from rl.update.loss import DEFAULT_LOSS_AGG, KL_TYPES, LOSS_AGG_MODES, LOSS_MODES, policy_loss
 from rl.update.logprobs import response_logprobs
-from rl.update.rollout_correction import SamplerMismatch
+from rl.update.ref_sync import add_ref_sync_flags, validate_ref_sync
+from rl.update.rollout_correction import SamplerMismatch, sampler_logprobs, validate_rollout_correction
+from rl.update.top_entropy import mini_batch_entropy_masks
 
 # Default micro-batch cap: length-sorted micro-batches of 8 rows carry less padding than one 32-row block and bound
 # the activation memory of long multi-turn rows. The GPU launchers (scripts/gpu/common.sh) set their own.
@@ -41,6 +43,8 @@ class LossSettings:
     norm_len: int          # --max_answer_seq_len: Dr.GRPO's constant divisor (seq-mean-token-sum-norm)
     is_correction: str     # --vllm_is_correction
     is_cap: float          # --vllm_is_cap
+    is_cap_min: float = None  # --vllm_is_cap_min
+    top_entropy_quantile: float = 1.0
     skip_zero_rows: bool = False  # --skip_zero_advantage_rows (applied only without a KL term in the loss)
     loss_mode: str = "vanilla"
     tau_pos: float = 1.0
@@ -54,6 +58,7 @@ class LossSettings:
                    clip_ratio_high=args.clip_ratio_high, clip_ratio_c=args.clip_ratio_c,
                    loss_agg_mode=args.loss_agg_mode, beta=args.beta, kl_type=args.kl_type,
                    norm_len=args.max_answer_seq_len, is_correction=args.vllm_is_correction, is_cap=args.vllm_is_cap,
+                   is_cap_min=args.vllm_is_cap_min, top_entropy_quantile=args.top_entropy_quantile,
                    skip_zero_rows=args.skip_zero_advantage_rows, loss_mode=args.loss_mode, tau_pos=args.tau_pos,
                    tau_neg=args.tau_neg,
                    mini_batches=mini_batch_count(args.per_device_generation_batch_size, dist.world_size(),
@@ -99,7 +104,8 @@ class UpdateTally:
     """This rank's sums over the update's micro-batches; `metrics` is a collective (every rank calls it)."""
     accumulation: int                # micro-batches per optimizer step (DeepSpeed's gradient accumulation)
     optimizer_steps: int             # --ppo_epochs x mini-batches
-    mismatch: SamplerMismatch        # vLLM vs trainer log-probs (+ TIS)
+    mismatch: SamplerMismatch        # sampler vs trainer log-probs (+ the rollout correction)
+    entropy_threshold: float = None  # --top_entropy_quantile's threshold, mean over the mini-batches
     sums: dict = field(default_factory=lambda: {k: 0.0 for k in (*TOKEN_STATS, "loss", "pg_loss", "tokens")})
     rows: float = 0.0                # this rank's responses, and those the update left out (zero advantage)
     rows_skipped: float = 0.0
@@ -123,6 +129,8 @@ class UpdateTally:
         out["actor/pg_loss"] = total["pg_loss"] / passes  # the policy-gradient part of actor/loss (no KL term)
         out["train/rows_skipped_frac"] = total["rows_skipped"] / max(total["rows"], 1.0)
         out.update(self.mismatch.metrics())
+        if self.entropy_threshold is not None:  # the same on every rank (the quantile is over all ranks' tokens)
+            out["actor/entropy_threshold"] = self.entropy_threshold
         return out
 
 
@@ -172,23 +180,32 @@ def ppo_update(engine, batch, settings: LossSettings, guard) -> UpdateTally:
               "norm_len": settings.norm_len})
             for rows, tokens in zip(mini_rows, step_tokens)]
     tally = UpdateTally(accumulation, settings.ppo_epochs * steps,
-                        SamplerMismatch(settings.is_correction, settings.is_cap))
+                        SamplerMismatch(settings.is_correction, settings.is_cap, settings.is_cap_min))
     tally.rows = float(n)
     tally.rows_skipped = float(n - sum(len(mb.rows) for parts, _ in plan for mb in parts))
+    sampler_logp = sampler_logprobs(batch)  # vLLM's or credo's decode loop's, for the gap and the correction
+    high_entropy = None  # --top_entropy_quantile: Tensor[N, R] bool, the tokens that carry the policy gradient
+    if settings.top_entropy_quantile < 1.0:
+        high_entropy, tally.entropy_threshold = mini_batch_entropy_masks(
+            engine, batch, mini_rows, settings.top_entropy_quantile, settings.temperature, settings.micro)
     engine.train()
     for _ in range(settings.ppo_epochs):
         for parts, agg in plan:
-            for part in (mb.of(batch) for mb in parts):
+            for mb in parts:
+                part = mb.of(batch)
                 mask = part.response_mask
                 logp, entropy = response_logprobs(engine, part.input_ids, part.attention_mask, part.prompt_len,
                                                   settings.temperature, with_entropy=True)
                 old = part.old_logp if part.old_logp is not None else logp.detach()
-                is_w = tally.mismatch.weights(old, part.rollout_logp, mask)
+                pg_weights = tally.mismatch.weights(old, mb.response(sampler_logp), mask)
+                if high_entropy is not None:  # multiplies the policy loss only; the denominators stay
+                    keep = mb.response(high_entropy).to(logp.dtype)
+                    pg_weights = keep if pg_weights is None else pg_weights * keep
                 loss, stats = policy_loss(logp, old, part.advantages, mask, settings.clip_ratio_low,
                                           settings.clip_ratio_high, settings.clip_ratio_c, settings.loss_agg_mode,
                                           ref_logp=part.ref_logp, beta=settings.beta, kl_type=settings.kl_type,
-                                          is_weights=is_w, loss_mode=settings.loss_mode, tau_pos=settings.tau_pos,
-                                          tau_neg=settings.tau_neg, **agg)
+                                          is_weights=pg_weights, loss_mode=settings.loss_mode,
+                                          tau_pos=settings.tau_pos, tau_neg=settings.tau_neg, **agg)
                 guard.check_loss(loss)
                 engine.backward(loss)
                 if engine.is_gradient_accumulation_boundary():
@@ -250,6 +267,19 @@ def add_update_flags(p):
     g.add_argument("--loss_agg_mode", choices=LOSS_AGG_MODES, default=None,
                    help="verl loss aggregation (default: token-mean; seq-mean-token-mean under --loss_mode gspo or "
                         "sapo, as verl forces for both)")
+    g.add_argument("--top_entropy_quantile", type=float, default=1.0,
+                   help="only the highest-entropy q of each optimizer step's response tokens (all ranks) carry the "
+                        "policy gradient; the KL term and the denominators keep every token (TRL's "
+                        "top_entropy_quantile, the rho of arXiv 2506.01939, whose recommended value is 0.2; "
+                        "rl/update/top_entropy.py). 1 keeps every token, 0 only the highest")
+    add_ref_sync_flags(p)
+
+
+def update_sampling_signals(settings: LossSettings) -> frozenset:
+    """What credo's decode loop records for the update (rl/rollout/sampling_signals.py): every drawn token's log-prob
+    (the sampler-trainer gap, rollout/logp_diff_*, is logged on every step: float rounding only on this sampler),
+    and its entropy under --top_entropy_quantile (no forward of its own then)."""
+    return frozenset({"logp"} | ({"entropy"} if settings.top_entropy_quantile < 1.0 else set()))
 
 
 def world_size_at_launch(environ=None) -> int:
@@ -288,3 +318,7 @@ def validate_update(args, bad):
             bad(f"--{flag} must be > 0 (SAPO's gate temperature), got {getattr(args, flag)}")
     if args.beta < 0:
         bad(f"--beta must be >= 0, got {args.beta}")
+    if not 0 <= args.top_entropy_quantile <= 1:
+        bad(f"--top_entropy_quantile must be in [0, 1], got {args.top_entropy_quantile}")
+    validate_rollout_correction(args, bad)
+    validate_ref_sync(args, bad)

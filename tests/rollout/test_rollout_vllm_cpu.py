@@ -25,7 +25,7 @@ else:
 
 from rl.config import build_parser  # noqa: E402
 from rl.update.logprobs import response_logprobs  # noqa: E402
-from rl.rollout.vllm.backend import VLLMRollout, _vllm_model  # noqa: E402
+from rl.rollout.vllm.backend import VLLMRollout, VLLMSettings, _vllm_model  # noqa: E402
 from rl.update.rollout_correction import SamplerMismatch  # noqa: E402
 from rl.rollout.vllm.cpu_weights import repack_synced_weights, repacked_layers  # noqa: E402
 from tests.helpers import build_tiny_model, free_port  # noqa: E402
@@ -73,7 +73,7 @@ def served(tmp_path_factory):
     engine = SimpleNamespace(module=model, global_steps=0)
     threads = torch.get_num_threads()
     seed_all(RNG_SEED)
-    backend = VLLMRollout(args, engine, torch.float32)
+    backend = VLLMRollout(VLLMSettings.from_args(args), engine, torch.float32)
     after_build = draws()
     return backend, model, after_build, threads
 
@@ -197,7 +197,7 @@ def test_logprob_gap_to_the_trainer_is_under_tolerance_and_sampler_mismatch_repo
     assert worst < LOGP_TOLERANCE
     metrics = mismatch.metrics()
     assert metrics["rollout/logp_diff_max"] == pytest.approx(worst, abs=1e-9)
-    assert 0 <= metrics["rollout/logp_diff_mean"] <= worst and metrics["rollout/tis_capped_frac"] == 0.0
+    assert 0 <= metrics["rollout/logp_diff_mean"] <= worst and metrics["rollout/is_truncated_frac"] == 0.0
 
 
 def test_the_same_trainer_rng_state_gives_the_same_samples(served):

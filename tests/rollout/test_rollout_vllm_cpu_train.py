@@ -26,7 +26,7 @@ from tests.train.test_train_deepspeed import assert_ok  # noqa: E402
 # sampler-mismatch metrics are reduced over ranks. test_fault_tolerance's RUN: 8 rows, 2 ranks x 2 prompts a step.
 VLLM_RUN = [*RUN, "--actor_zero_stage", "3", "--rollout_backend", "vllm", "--vllm_is_correction", "tis",
             "--max_answer_seq_len", "8"]
-SAMPLER_KEYS = ("rollout/logp_diff_max", "rollout/logp_diff_mean", "rollout/tis_capped_frac")
+SAMPLER_KEYS = ("rollout/logp_diff_max", "rollout/logp_diff_mean", "rollout/is_truncated_frac")
 
 
 def run_vllm(model, out, *extra):
@@ -59,7 +59,7 @@ def test_a_vllm_run_completes_and_logs_the_sampler_mismatch_every_step(uninterru
         for key in SAMPLER_KEYS:
             assert key in row, key
         assert row["rollout/logp_diff_max"] < LOGP_TOLERANCE  # the synced weights are the trainer's, step after step
-        assert row["rollout/tis_capped_frac"] == 0.0
+        assert row["rollout/is_truncated_frac"] == 0.0
     root = os.path.join(out, "checkpoints")
     assert latest_checkpoint(root) == "step_4" and os.path.isdir(os.path.join(root, "step_2"))
 

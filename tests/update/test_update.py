@@ -81,7 +81,7 @@ def test_sampler_logprobs_are_measured_and_tis_reweights_the_loss(engines):
     for metrics in (measured, corrected):
         assert metrics["rollout/logp_diff_mean"] == pytest.approx(0.5, abs=1e-5)
         assert metrics["rollout/logp_diff_max"] == pytest.approx(0.5, abs=1e-5)
-        assert metrics["rollout/tis_capped_frac"] == 0.0  # exp(0.5) = 1.65 is under the cap of 2
+        assert metrics["rollout/is_truncated_frac"] == 0.0  # exp(0.5) = 1.65 is under the cap of 2
     assert measured_norm == pytest.approx(plain_norm, rel=1e-6)  # measured only: the loss is unchanged
     # every token's weight is exp(0.5): the whole gradient scales by it
     assert corrected_norm == pytest.approx(math.exp(0.5) * plain_norm, rel=1e-5)
