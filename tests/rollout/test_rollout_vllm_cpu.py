@@ -25,7 +25,7 @@ else:
 
 from rl.config import build_parser  # noqa: E402
 from rl.update.logprobs import response_logprobs  # noqa: E402
-from rl.rollout.vllm.backend import VLLMRollout, VLLMSettings, _vllm_model  # noqa: E402
+from rl.rollout.vllm.backend import VLLMRollout, _vllm_model  # noqa: E402
 from rl.update.rollout_correction import SamplerMismatch  # noqa: E402
 from rl.rollout.vllm.cpu_weights import repack_synced_weights, repacked_layers  # noqa: E402
 from tests.helpers import build_tiny_model, free_port  # noqa: E402
@@ -73,7 +73,7 @@ def served(tmp_path_factory):
     engine = SimpleNamespace(module=model, global_steps=0)
     threads = torch.get_num_threads()
     seed_all(RNG_SEED)
-    backend = VLLMRollout(VLLMSettings.from_args(args), engine, torch.float32)
+    backend = VLLMRollout(args, engine, torch.float32)
     after_build = draws()
     return backend, model, after_build, threads
 
