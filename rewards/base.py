@@ -4,6 +4,16 @@
 to another process: an env's step (a stateful per-episode object holding the conversation, and often live
 resources: a sandbox, an HTTP client, the math worker) and MAESTRO's ppl / ent / pref (they need the policy's or
 a reward model's tensors). Those go through RewardCaller below.
+
+Whose failure is it (issue #51 item 3)? A call that fails outside the response -- its worker process died (the
+OOM killer, a segfault), the function raised OSError / MemoryError / InfrastructureError (a sandbox that did not
+start, a remote verifier that is down, a missing tool), or it ran past its deadline -- is retried once: when the
+retry succeeds its score is used ("recovered"); a failure that repeats on the same response is that response's and
+scores 0, so that no output can buy an abstention by breaking its verifier. A failure the response causes (the
+function raised an ordinary exception on it, returned a non-number) scores 0 at once. rl/scoring.py stops the run
+when a step's calls of one function all failed outside the response, twice: the verifier is down, and scoring
+anyone 0 would train on noise. What the response itself does inside a verifier (a wrong answer, its program's
+timeout or crash in the sandbox) is a score of 0, not a failure, and never reaches this accounting.
 """
 import logging
 import math
@@ -13,16 +23,47 @@ from dataclasses import dataclass
 logger = logging.getLogger(__name__)
 
 
+class InfrastructureError(RuntimeError):
+    """Raise it from a reward function, a verifier or an env step to say a call failed outside the response (a
+    sandbox that did not start, a remote verifier that answered 503): the call is retried once, and only a failure
+    that repeats is scored as the response's. OSError (ConnectionError, a missing executable's FileNotFoundError,
+    requests' and urllib's errors) and MemoryError count the same way."""
+
+
+def is_infrastructure(exc: BaseException) -> bool:
+    """credo's reading of "a failure outside the response": what the OS or a remote service refused, not what a
+    function made of the response. A response can still trigger one (a parse that exhausts memory); the retry,
+    which fails again on the same response, makes that the response's."""
+    return isinstance(exc, (InfrastructureError, OSError, MemoryError))
+
+
+# How a finished call ended (rewards/worker_pool.Outcome.status and RewardCaller) -> the counter of a failure:
+#   error   the function raised an ordinary exception on this response or returned a non-number: the response's
+#   timeout it ran past its deadline, on its retry too
+#   infra   it failed outside the response (module docstring), on its retry too
+FAILURE_FIELDS = {"error": "errors", "timeout": "timeouts", "infra": "infra"}
+RETRIED_STATUSES = ("timeout", "infra")  # the failures that may be the infrastructure's: retried once
+
+
 @dataclass
 class RewardStats:
     calls: int = 0
-    errors: int = 0
-    timeouts: int = 0
+    errors: int = 0     # failures the response caused (not retried)
+    timeouts: int = 0   # past the deadline twice (once with --reward_retries 0)
+    infra: int = 0      # outside the response twice (once with --reward_retries 0)
+    retried: int = 0    # calls retried after a failure outside the response
+    recovered: int = 0  # ... whose retry succeeded: its score was used
     last_error: str = ""
 
     @property
     def failures(self) -> int:
-        return self.errors + self.timeouts
+        """Calls scored 0 by a failure (a recovered call is not one)."""
+        return self.errors + self.timeouts + self.infra
+
+    @property
+    def outside(self) -> int:
+        """Failures outside the response that repeated on the retry: all of a step's calls -> the verifier is down."""
+        return self.timeouts + self.infra
 
 
 class RewardAccount:
@@ -41,6 +82,17 @@ class RewardAccount:
                 self.stats.last_error = message
         if message is not None:
             logger.warning("reward %s: %s; scored 0", self.name, message)
+
+    def settle(self, status: str, message, retried: bool = False, n: int = 1):
+        """Count one finished call that scored n completions: its status ("ok" or a FAILURE_FIELDS key, after any
+        retry), whether it was retried, and a failure's message."""
+        self.count("calls", n=n)
+        if retried:
+            self.count("retried", n=n)
+            if status == "ok":
+                self.count("recovered", n=n)
+        if status != "ok":
+            self.count(FAILURE_FIELDS[status], message, n=n)
 
     def check(self, value):
         """A call's result as a float (NaN = abstained) or a dict of them; at most one error counted per call."""
@@ -83,11 +135,16 @@ class RewardCaller(RewardAccount):
     be), which is why what can hang for real should run in a process: --reward_funcs do (rewards/pooled.py), and
     envs keep their hang-prone work in their own killable processes (rewards/math.py, rewards/code.py).
     `abandoned` counts the timed-out calls still running.
+
+    A call that raised a failure outside the response (is_infrastructure) is called again, `retries` (0 or 1)
+    times; a timed-out one is not, since its abandoned thread may still be working on the same object (an env's
+    episode). An env step that raises one must not have advanced its episode first: VerifyAndRefineEnv scores a
+    turn before it counts it.
     """
 
-    def __init__(self, fn, name: str, timeout_s: float = 10.0):
+    def __init__(self, fn, name: str, timeout_s: float = 10.0, retries: int = 1):
         super().__init__(name)
-        self.fn, self.timeout_s = fn, timeout_s
+        self.fn, self.timeout_s, self.retries = fn, timeout_s, retries
         self._abandoned = []
 
     @property
@@ -100,8 +157,17 @@ class RewardCaller(RewardAccount):
         return self.check(value) if ok else 0.0
 
     def run(self, fn, *args):
-        """Call fn(*args) under this caller's timeout and counters. Returns (True, value) or (False, None)."""
-        self.count("calls")
+        """Call fn(*args) under this caller's timeout, retry and counters. Returns (True, value) or (False, None)."""
+        status, value = self._attempt(fn, args)
+        retried = status == "infra" and self.retries > 0
+        if retried:
+            logger.info("reward %s: %s; retrying once", self.name, value)
+            status, value = self._attempt(fn, args)
+        self.settle(status, None if status == "ok" else value, retried)
+        return (True, value) if status == "ok" else (False, None)
+
+    def _attempt(self, fn, args):
+        """(status, value or failure message) of one call on a thread of its own."""
         box = {}
 
         def call():
@@ -115,10 +181,8 @@ class RewardCaller(RewardAccount):
         thread.join(self.timeout_s)
         if thread.is_alive():
             self._abandoned.append(thread)
-            self.count("timeouts", f"timed out after {self.timeout_s:g}s")
-            return False, None
+            return "timeout", f"timed out after {self.timeout_s:g}s"
         if "error" in box:
             exc = box["error"]
-            self.count("errors", f"raised {type(exc).__name__}: {exc}")
-            return False, None
-        return True, box["value"]
+            return ("infra" if is_infrastructure(exc) else "error"), f"raised {type(exc).__name__}: {exc}"
+        return "ok", box["value"]

@@ -3,7 +3,9 @@
 math-verify's own timeouts use SIGALRM, which only works on a main thread and cannot stop a sympy call that
 hangs in C. So the parse/verify work (rewards/math_worker.py) runs on the main thread of a reward worker process
 (rewards/worker_pool.py), where those signals work, and the parent enforces a hard per-call deadline: a call
-that overruns it kills its worker, is counted as a timeout and scored 0, and the next call gets a fresh worker.
+that overruns it kills its worker and is retried once on a fresh one (as a worker that died is: a failure outside
+the response, rewards/base.py); one that fails again is counted and scored 0. rl/scoring.py reports and guards this
+account beside the env's own (reward/math-verify/...).
 """
 from rewards.base import RewardAccount
 from rewards.worker_pool import WorkerPool
@@ -38,12 +40,9 @@ class MathVerifier:
 
     def verify(self, gold: str, completion: str) -> float:
         """1.0 if `completion` (free text; its last \\boxed{} or expression) equals the gold answer (LaTeX)."""
-        self.account.count("calls")
-        outcome = self.pool.map([(0, (gold, completion), {})])[0]
-        if outcome.status != "ok":
-            self.account.count("timeouts" if outcome.status == "timeout" else "errors", outcome.value)
-            return 0.0
-        return 1.0 if outcome.value else 0.0
+        outcome = self.pool.map([(0, (gold, completion), {})])[0]  # a worker death is retried once (worker_pool.py)
+        self.account.settle(outcome.status, outcome.value, outcome.retried)
+        return 1.0 if outcome.status == "ok" and outcome.value else 0.0
 
     def close(self):
         self.pool.close()

@@ -6,7 +6,8 @@ split into up to --reward_workers chunks of whole prompt groups, run in parallel
 function once on the whole batch, in-process and without a deadline; chunks keep one deadline per call meaningful
 and let a hang cost one timeout, and whole groups keep group-relative rewards right). Accounting is per
 completion in both: a failed TRL chunk counts as that many failed calls, so one --max_reward_error_rate means the
-same for both conventions.
+same for both conventions. A call that failed outside the response is retried once (--reward_retries;
+rewards/worker_pool.py), and each completion is counted by how its call ended (rewards.base.RewardStats).
 """
 from rewards.base import RewardAccount
 from rewards.conventions import TRL, chunks, trl_kwargs
@@ -14,11 +15,14 @@ from rewards.worker_pool import WorkerPool
 
 
 class PooledRewards:
-    def __init__(self, specs: list, workers: int, timeout_s: float, max_steps: int = 0, group_size: int = 1):
-        """group_size: completions per prompt; TRL chunks hold whole groups, so a function sees each group whole."""
+    def __init__(self, specs: list, workers: int, timeout_s: float, max_steps: int = 0, group_size: int = 1,
+                 retries: int = 1):
+        """group_size: completions per prompt; TRL chunks hold whole groups, so a function sees each group whole.
+        retries: --reward_retries, for a call that failed outside the response."""
         self.specs, self.workers, self.max_steps, self.group_size = list(specs), workers, max_steps, group_size
         self.accounts = [RewardAccount(spec.name) for spec in self.specs]
-        self.pool = WorkerPool([spec.target for spec in self.specs], workers, timeout_s) if self.specs else None
+        self.pool = WorkerPool([spec.target for spec in self.specs], workers, timeout_s, retries) \
+            if self.specs else None
 
     @property
     def needs_completion_ids(self) -> bool:
@@ -45,14 +49,12 @@ class PooledRewards:
         outcomes = self.pool.map(calls) if calls else []
         for (f, start, stop), outcome in zip(owners, outcomes):
             account, size = self.accounts[f], stop - start
-            account.count("calls", n=size)
-            if outcome.status != "ok":
-                account.count("timeouts" if outcome.status == "timeout" else "errors", outcome.value, n=size)
-                continue
             values = outcome.value if self.specs[f].style == TRL else [outcome.value]
-            if not isinstance(values, list) or len(values) != size:
+            if outcome.status == "ok" and (not isinstance(values, list) or len(values) != size):
                 got = f"{len(values)} values" if isinstance(values, list) else f"{values!r:.80}"
-                account.count("errors", f"returned {got} for {size} completions; expected a list of {size}", n=size)
+                outcome.status, outcome.value = "error", f"returned {got} for {size} completions; expected a list of {size}"
+            account.settle(outcome.status, outcome.value, outcome.retried, n=size)
+            if outcome.status != "ok":
                 continue
             for i, value in zip(range(start, stop), values):
                 scores[f][i] = account.check(value)

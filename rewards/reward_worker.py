@@ -4,7 +4,8 @@ Protocol, on private copies of stdin/stdout (the functions' own prints go to std
 - parent -> worker: length-prefixed pickle frames. The first is {"sys_path", "targets", "parent"}; each later one is
   (target_index, args, kwargs).
 - worker -> parent: one JSON line per frame: {"ready": true, "load_errors": {index: message}} after loading, then
-  {"value": ...} or {"error": "Type: message"} per call.
+  {"value": ...} or {"error": "Type: message"} per call, with "infra": true when the failure was outside the response
+  (rewards.base.is_infrastructure, or a function that could not be loaded): the parent retries those once.
 Replies are JSON, not pickle, so the trainer never unpickles what a reward function returned: only numbers, None,
 and lists / string-keyed dicts of them come back.
 
@@ -20,6 +21,8 @@ import sys
 import threading
 import time
 import traceback
+
+from rewards.base import is_infrastructure
 
 PARENT_POLL_S = 1.0
 
@@ -97,7 +100,8 @@ def main():
         except Exception as exc:
             frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename != __file__]
             where = f" ({os.path.basename(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""
-            reply({"error": f"{type(exc).__name__}: {exc}{where}"})
+            outside = is_infrastructure(exc) or functions[index] is None  # a missing module is not the response's
+            reply({"error": f"{type(exc).__name__}: {exc}{where}", **({"infra": True} if outside else {})})
 
 
 if __name__ == "__main__":

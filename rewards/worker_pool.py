@@ -9,6 +9,12 @@ a worker process with a per-call deadline; a call that overruns it gets its work
 Workers are started on first use, load every target once (so an import's cost is not billed to a call's
 deadline), live in their own session (a terminal's Ctrl-C reaches the trainer, which finishes the step, not the
 workers), exit when the trainer is gone (they watch their parent) and are killed at interpreter exit.
+
+A call that fails outside the response (its worker died or did not start, a garbled reply, the function raised
+OSError / MemoryError / InfrastructureError or could not be loaded, or it ran past its deadline: rewards/base.py)
+is run once more on a fresh or idle worker after the others are done (`retries`, 1 by default); its Outcome then
+says `retried`, and the retry's result is the call's. The retries of a step run at once too, so a step whose calls
+all hang costs about two timeouts.
 """
 import atexit
 import json
@@ -24,6 +30,8 @@ import time
 import weakref
 from dataclasses import dataclass
 
+from rewards.base import RETRIED_STATUSES
+
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Loading targets (importing a user's module, math-verify's sympy) may take a while on a busy machine; it is not
 # a call's time. credo's reading: a minute, after which the worker counts as failed to start.
@@ -33,8 +41,10 @@ _LIVE_POOLS = weakref.WeakSet()
 
 @dataclass
 class Outcome:
-    status: str          # "ok", "error" or "timeout"
-    value: object = None  # the call's JSON-decoded result when ok, else the error message
+    status: str              # "ok", "error" (the function's own), "timeout" or "infra" (outside the response)
+    value: object = None     # the call's JSON-decoded result when ok, else the error message
+    retried: bool = False    # the first attempt failed outside the response; this is the retry's outcome
+    first_failure: str = ""  # that first attempt's error message
 
 
 class _Worker:
@@ -95,8 +105,9 @@ class WorkerPool:
     Thread-safe: callers on several threads each check out their own workers.
     """
 
-    def __init__(self, targets: list, workers: int, timeout_s: float):
-        self.targets, self.workers, self.timeout_s = list(targets), workers, timeout_s
+    def __init__(self, targets: list, workers: int, timeout_s: float, retries: int = 1):
+        """retries: how many times (0 or 1) a call that failed outside the response is run again."""
+        self.targets, self.workers, self.timeout_s, self.retries = list(targets), workers, timeout_s, retries
         self._free = [None] * workers  # started workers, or None for a slot that starts one when needed
         self._cond = threading.Condition()
         _LIVE_POOLS.add(self)
@@ -107,7 +118,13 @@ class WorkerPool:
             return []
         slots = self._checkout(min(len(calls), self.workers))
         try:
-            return self._run(calls, slots)
+            results = self._run(calls, slots)
+            again = [i for i, o in enumerate(results) if o.status in RETRIED_STATUSES] if self.retries else []
+            if again:
+                for i, outcome in zip(again, self._run([calls[i] for i in again], slots)):
+                    outcome.retried, outcome.first_failure = True, str(results[i].value)
+                    results[i] = outcome
+            return results
         finally:
             self._checkin(slots)
 
@@ -171,7 +188,7 @@ class WorkerPool:
                     if starting.pop(worker, None) is not None:
                         startup_error = f"a reward worker failed to start: {reason}"
                     else:
-                        results[busy.pop(worker)[0]] = Outcome("error", f"{reason} during the call")
+                        results[busy.pop(worker)[0]] = Outcome("infra", f"{reason} during the call")
                     drop(worker)
                     continue
                 for line in lines:
@@ -179,8 +196,8 @@ class WorkerPool:
                         worker.ready, worker.load_errors = True, line.get("load_errors", {})
                     elif worker in busy:
                         index, _ = busy.pop(worker)
-                        results[index] = Outcome("ok", line["value"]) if "value" in line \
-                            else Outcome("error", line.get("error", "a malformed reply"))
+                        results[index] = Outcome("ok", line["value"]) if "value" in line else \
+                            Outcome("infra" if line.get("infra") else "error", line.get("error", "a malformed reply"))
             now = time.monotonic()
             for worker, (index, deadline) in list(busy.items()):
                 if now >= deadline:
@@ -194,7 +211,7 @@ class WorkerPool:
                     drop(worker)
             refill()
         for index in pending:
-            results[index] = Outcome("error", startup_error or "not run")
+            results[index] = Outcome("infra", startup_error or "not run")
         return results
 
     def close(self):

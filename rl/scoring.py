@@ -1,7 +1,8 @@
 """Scoring a rollout: the env's verifier (success, in-process through RewardCaller) and every --reward_funcs
 component (in killable worker processes through PooledRewards).
 
-Also the step's reward metrics and the guard that stops a run when one reward function's calls mostly fail.
+Also the step's reward metrics (each failure kind counted: rewards/base.py) and the guards that stop a run when
+one reward function's calls mostly fail, or all fail outside the response (the verifier is down).
 """
 import os
 import time
@@ -12,7 +13,7 @@ import torch
 
 from envs import StepResult, env_class
 from envs.base import SUCCESS_THRESHOLD
-from rewards.base import RewardCaller
+from rewards.base import RewardAccount, RewardCaller
 from rewards.pooled import PooledRewards
 from rewards.policy_rewards import POLICY_REWARDS, PolicyRewards, PolicyRewardSettings, normalise
 from rewards.registry import CORRECTNESS, build_reward_fn, reward_spec
@@ -22,6 +23,12 @@ from rl.advantages.stats import group_mean_std, last_present
 from rl.rollout.episode_end import env_kwargs
 from rl.errors import RewardFailure, TrainingAborted
 from rl.methods.base import parse_weights
+
+
+# A reward's counters checked each step (rewards.base.RewardStats), and their metric names reward/<name>/<metric>
+COUNTS = ("calls", "failures", "errors", "timeouts", "infra", "retried", "recovered")
+METRIC_NAMES = {"errors": "errors_response", "timeouts": "errors_timeout", "infra": "errors_infra",
+                "retried": "retried", "recovered": "recovered"}
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,7 @@ class ScoringSettings:
     reward_weights: tuple          # None: every component weighs 1
     reward_timeout: float
     reward_workers: int
+    reward_retries: int            # a call that failed outside the response is run again this many times (0 or 1)
     max_steps: int                 # user rewards see TRL's trainer_state.max_steps
     group_size: int                # --num_generations
     max_reward_error_rate: float
@@ -55,7 +63,8 @@ class ScoringSettings:
                    env_settings={**env_kwargs(args, env_cls), **env_cls.settings_from_args(args)},
                    reward_names=names, reward_specs=specs, policy=PolicyRewardSettings.from_args(args),
                    reward_weights=tuple(args.reward_weights) if args.reward_weights else None,
-                   reward_timeout=args.reward_timeout, reward_workers=args.reward_workers, max_steps=args.max_steps,
+                   reward_timeout=args.reward_timeout, reward_workers=args.reward_workers,
+                   reward_retries=args.reward_retries, max_steps=args.max_steps,
                    group_size=args.num_generations, max_reward_error_rate=args.max_reward_error_rate,
                    traj_score=args.traj_score)
 
@@ -67,17 +76,20 @@ class Scorer:
         self.env_cls = env_class(settings.env)
         self.shared_verifier = self.env_cls.make_verifier(answer_key=settings.answer_key)  # one for all episodes
         # counts and guards every env.step (run in-process: see rewards/base.py); --code_workers steps run at once
-        self.verifier = RewardCaller(None, name=CORRECTNESS, timeout_s=settings.reward_timeout)
+        self.verifier = RewardCaller(None, name=CORRECTNESS, timeout_s=settings.reward_timeout,
+                                     retries=settings.reward_retries)
         self.rewards = PooledRewards(list(settings.reward_specs), workers=settings.reward_workers,
                                      timeout_s=settings.reward_timeout, max_steps=settings.max_steps,
-                                     group_size=settings.group_size)
+                                     group_size=settings.group_size, retries=settings.reward_retries)
         # ppl, ent, fmt, len, pref: computed in-process with the policy (rewards/policy_rewards.py); attach_policy
         self.policy_names = [name for name in self.reward_names if name in POLICY_REWARDS]
         self.policy_rewards = None
-        self.callers = [self.verifier, *self.rewards.accounts]
+        # a verifier with worker processes of its own (math-verify's) keeps an account inside the env step: judged too
+        own = getattr(self.shared_verifier, "account", None)
+        self.callers = [self.verifier, *self.rewards.accounts, *([own] if isinstance(own, RewardAccount) else [])]
         self.component_names = []  # reward components seen on any rank, in first-seen order
         self.checked = self._local_counts()  # this rank's (calls, failures) per reward at the last failure check
-        self.step_counts = {}  # global (calls, failures) per reward in the last checked step
+        self.step_counts = {}  # per reward, the last checked step's COUNTS (all ranks): {"calls": ..., ...}
 
     def attach_policy(self, actor, tokenizer):
         """Give the in-process rewards (--reward_funcs ppl, ent, fmt, len, pref) the policy, once it is built."""
@@ -170,29 +182,38 @@ class Scorer:
         return [row[mask.bool()].tolist() for row, mask in zip(responses, batch.response_mask.cpu())]
 
     def _local_counts(self) -> dict:
-        return {c.name: (c.stats.calls, c.stats.failures) for c in self.callers}
+        return {c.name: [getattr(c.stats, field) for field in COUNTS] for c in self.callers}
 
     def check_failures(self, step: int):
-        """Raise RewardFailure when more than --max_reward_error_rate of one reward function's own calls in this
-        step (all ranks) failed, naming it and its last error. Each function is judged alone, so a verifier's
-        successes cannot hide a broken reward, and vice versa."""
+        """Raise RewardFailure when one reward function's own calls in this step (all ranks) all failed outside the
+        response, on their retries too (its verifier or what it runs on is down: nobody is scored, whatever
+        --max_reward_error_rate says), or when more than --max_reward_error_rate of them failed. It names the
+        function and its last error. Each function is judged alone, so a verifier's successes cannot hide a broken
+        reward, and vice versa."""
         now = self._local_counts()
-        local = [[now[c.name][0] - self.checked[c.name][0], now[c.name][1] - self.checked[c.name][1]]
-                 for c in self.callers]
+        local = [[a - b for a, b in zip(now[c.name], self.checked[c.name])] for c in self.callers]
         self.checked = now
         totals = dist.all_reduce(torch.tensor(local, dtype=torch.float64)).tolist()
-        self.step_counts = {c.name: (calls, failures) for c, (calls, failures) in zip(self.callers, totals)}
+        self.step_counts = {c.name: dict(zip(COUNTS, row)) for c, row in zip(self.callers, totals)}
         rate = self.settings.max_reward_error_rate
-        failing = [name for name, (calls, failures) in self.step_counts.items() if calls and failures / calls > rate]
-        if not failing:
+        down = [name for name, n in self.step_counts.items() if n["calls"] and n["timeouts"] + n["infra"] == n["calls"]]
+        failing = [name for name, n in self.step_counts.items()
+                   if name not in down and n["calls"] and n["failures"] / n["calls"] > rate]
+        if not down and not failing:
             return
         last_errors = {}
         for errors in dist.all_gather_object({c.name: c.stats.last_error for c in self.callers}):
             last_errors.update({k: v for k, v in errors.items() if v and k not in last_errors})
-        lines = [f"reward {name!r}: {int(self.step_counts[name][1])} of {int(self.step_counts[name][0])} reward calls "
-                 f"failed at step {step}; last error: {last_errors.get(name) or 'none recorded'}" for name in failing]
-        raise RewardFailure("; ".join(lines) + f" (more than --max_reward_error_rate {rate} of its calls). "
-                            f"Nothing was trained on this batch.")
+        again = "after --reward_retries 1, " if self.settings.reward_retries else ""
+        lines = [f"reward {name!r}: {int(n['failures'])} of {int(n['calls'])} reward calls failed at step {step}, every "
+                 f"one outside the response ({again}last error: {last_errors.get(name) or 'none recorded'}): it or what "
+                 f"it runs on is down, so no response was scored, whatever --max_reward_error_rate says"
+                 for name, n in self.step_counts.items() if name in down]
+        lines += [f"reward {name!r}: {int(n['failures'])} of {int(n['calls'])} reward calls failed at step {step} (more "
+                  f"than --max_reward_error_rate {rate}); last error: {last_errors.get(name) or 'none recorded'}"
+                  for name, n in self.step_counts.items() if name in failing]
+        raise RewardFailure("; ".join(lines) + ". Nothing was trained on this batch: the run keeps the state from "
+                            "before this step (a checkpoint, after the first step) and the same command retries it.")
 
     def metrics(self, inputs) -> dict:
         """Reward metrics of one step from the batch-global view (Rollout.gather())."""
@@ -208,8 +229,10 @@ class Scorer:
              "frac_zero_std_groups": frac_constant_groups(scores)}
         if inputs.turn_scores.shape[1] > 1:
             m.update(turn_metrics(inputs.turn_scores))
-        for name, (_, failures) in self.step_counts.items():  # this step's, all ranks (not a running total)
-            m[f"reward/{name}/errors"] = failures
+        for name, n in self.step_counts.items():  # this step's, all ranks (not a running total)
+            m[f"reward/{name}/errors"] = n["failures"]  # calls scored 0 by a failure, of any kind
+            for field in COUNTS[2:]:  # errors_response, errors_timeout, errors_infra, retried, recovered
+                m[f"reward/{name}/{METRIC_NAMES[field]}"] = n[field]
         for name, values in inputs.components.items():
             present = values[~torch.isnan(values)]
             m[f"reward/{name}/mean"] = present.mean().item() if len(present) else float("nan")
@@ -296,7 +319,14 @@ def add_reward_flags(p):
                         "hang costs about one --reward_timeout")
     g.add_argument("--max_reward_error_rate", type=float, default=0.5,
                    help="stop (with a checkpoint of the state before the step) when more than this fraction of "
-                        "one reward function's own calls in a step fail")
+                        "one reward function's own calls in a step fail. Whatever it is, a step whose calls of one "
+                        "function ALL fail outside the response (a dead worker, OSError, a timeout; on their retries "
+                        "too) stops the run: the verifier is down")
+    g.add_argument("--reward_retries", type=int, default=1, choices=(0, 1),
+                   help="a reward call that fails outside the response (its worker process died, it raised OSError, "
+                        "MemoryError or rewards.base.InfrastructureError, it timed out) runs once more and the "
+                        "retry's score is used; failing again, it is the response's and scores 0. 0: score it 0 at "
+                        "once. Default 1")
 
 
 def validate_rewards(args, method, bad):

@@ -1,5 +1,7 @@
 """User reward functions for the reward tests, given to credo by import path as a user would."""
+import hashlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -56,3 +58,49 @@ def trl_without_kwargs(prompts, completions):
 def chunk_size(completions, **kwargs):
     """TRL-style: reports how many completions each call was given."""
     return [float(len(completions))] * len(completions)
+
+
+# --- deaths of the worker process itself (issue #51 item 3: a failure outside the response is retried once) ---
+
+def waits_to_be_killed(prompt, completion, sample):
+    """Writes its worker's pid into sample["pid_dir"] and waits there for the test to SIGKILL it (as the OOM killer
+    would). Once sample["deaths"] earlier attempts have left their pid, it scores 0.75 instead."""
+    earlier = os.listdir(sample["pid_dir"])
+    with open(os.path.join(sample["pid_dir"], str(os.getpid())), "w"):
+        pass
+    if len(earlier) >= sample["deaths"]:
+        return 0.75
+    time.sleep(3600)
+
+
+def dies_on_poison(prompt, completion, sample):
+    """Kills its own worker with SIGKILL on a completion containing "poison" (every time), else scores 1."""
+    if "poison" in completion:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return 1.0
+
+
+def dies_once_per_completion(prompt, completion, sample):
+    """Kills its own worker the first time it sees a completion (a marker file in sample["marker_dir"] remembers),
+    then scores it 1: every call fails once and recovers on its retry."""
+    marker = os.path.join(sample["marker_dir"], hashlib.sha1(completion.encode()).hexdigest())
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return 1.0
+
+
+def refused_connection_once(prompt, completion, sample):
+    """A remote verifier that refuses the first connection of each completion (marker files as above), then scores."""
+    marker = os.path.join(sample["marker_dir"], "refused-" + hashlib.sha1(completion.encode()).hexdigest())
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        raise ConnectionRefusedError("judge server refused the connection")
+    return 0.5
+
+
+def counts_and_raises(prompt, completion, sample):
+    """An ordinary exception, the response's: counts its attempts in sample["marker_dir"] (it must not be retried)."""
+    with open(os.path.join(sample["marker_dir"], f"attempt-{os.getpid()}-{time.monotonic_ns()}"), "w"):
+        pass
+    raise ValueError("cannot parse this completion")

@@ -1,5 +1,5 @@
 """--reward_funcs in a real train.py run (one rank, no launcher: the reward wrapper is the point): a hanging reward
-(`python train.py`, whose exit is under test), a broken one, a TRL-style one (train.py's main() in the test process)."""
+(`python train.py`, whose exit is under test; the run stops: the judge is down), a broken one, a TRL-style one (train.py's main() in the test process)."""
 import os
 import time
 
@@ -29,7 +29,7 @@ def orphaned_reward_workers() -> list:
     return found
 
 
-def test_a_hanging_reward_costs_one_timeout_per_step_and_train_py_exits_after_done(tiny_model_dir, tmp_path):
+def test_a_reward_that_hangs_on_every_call_stops_the_run_as_down_and_train_py_exits(tiny_model_dir, tmp_path):
     out = str(tmp_path)
     start = time.monotonic()
     # `python train.py`, a process of its own: that it exits, leaving no worker behind, is part of the test
@@ -37,12 +37,11 @@ def test_a_hanging_reward_costs_one_timeout_per_step_and_train_py_exits_after_do
                       "--no_final_export", "--reward_funcs", "correctness,tests.fixture_rewards:hangs",
                       "--reward_timeout", "2", "--max_reward_error_rate", "1"], num_ranks=1, launcher=False, timeout=400)
     wall = time.monotonic() - start
-    assert_ok(proc)
-    assert "done: 2 steps" in proc.stdout
-    rows = read_metrics(os.path.join(out, "metrics.jsonl"))
-    assert [r["reward/hangs/errors"] for r in rows] == [CALLS_PER_STEP, CALLS_PER_STEP]  # per step, not a total
-    # one 2 s timeout for the step's 8 calls on 8 workers (was 8 x 10 s one after another), worker start included
-    assert all(r["time/reward"] < 8.0 for r in rows), [r["time/reward"] for r in rows]
+    assert proc.returncode != 0
+    # every call timed out, then again on its retry: the judge is down, and --max_reward_error_rate 1 cannot let a
+    # step of zeros train (issue #51 item 3)
+    assert f"reward 'hangs': {CALLS_PER_STEP} of {CALLS_PER_STEP} reward calls failed at step 1, every one outside " \
+           "the response" in proc.stdout + proc.stderr
     assert wall < 300  # it exited: nothing joins a hung call (before, the rank stayed alive for the sleep's hour)
     assert not orphaned_reward_workers()
 
