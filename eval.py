@@ -31,6 +31,8 @@ from rl.run.saved_config import default_output_dir
 from rl.eval.evaluation import EvalSettings, aggregate, evaluate, markdown_table, model_label, setting_differences
 from rl.engine.models import DEFAULT_MODEL_DIR, load_tokenizer
 
+EVAL_MAX_PROMPT_SEQ_LEN = 1024  # --max_prompt_seq_len when the env declares no prompt length of its own
+
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter, HelpFormatter):
     """The module docstring's examples as written, and each flag's default once (as train.py --help shows)."""
@@ -66,7 +68,9 @@ def build_parser():
     p.add_argument("--max_new_tokens", "--max_answer_seq_len", dest="max_answer_seq_len", type=int, default=None,
                    help="max new tokens per turn; default: the env's, as train.py's (arith 32; math, code, appworld "
                         "512)")
-    p.add_argument("--max_prompt_seq_len", type=int, default=1024, help="prompts longer than this are left-truncated")
+    p.add_argument("--max_prompt_seq_len", type=int, default=None,
+                   help=f"prompts longer than this are left-truncated; default: the env's (toolcall 4096), else "
+                        f"{EVAL_MAX_PROMPT_SEQ_LEN}")
     p.add_argument("--batch_size", type=int, default=50, help="samples per generate call")
     p.add_argument("--decode_loop", choices=DECODE_LOOPS, default="credo",
                    help="credo = rl/rollout/decode.py, hf_generate = transformers' model.generate (as in train.py)")
@@ -126,7 +130,8 @@ def validate(args):
             if not os.path.exists(args.judge_model):
                 bad(f"--judge_model {args.judge_model} does not exist")
     args.env_cls = env_class_from_flags(args, bad)
-    resolve_env_defaults(args, args.env_cls, eval_data_flag="data_path")  # math: MATH-500 unless --data_path
+    resolve_env_defaults(args, args.env_cls, eval_data_flag="data_path",  # math: MATH-500 unless --data_path
+                         fallback_max_prompt_seq_len=EVAL_MAX_PROMPT_SEQ_LEN)
     validate_vllm(args, bad)
     check_data_path(args, bad)
     args.episode_end_given = args.episode_end

@@ -36,8 +36,10 @@ class Env:
     """
 
     # What this env brings to the flags, used where a flag does not say otherwise (resolve_env_defaults): the
-    # answer length a response of this task needs, the data fields its rows use, and its held-out eval set.
+    # answer length a response of this task needs, the prompt length its rows need, the data fields its rows use,
+    # and its held-out eval set.
     default_max_answer_seq_len = 32   # --max_answer_seq_len / eval.py --max_new_tokens, tokens per turn
+    default_max_prompt_seq_len = None  # --max_prompt_seq_len; None: the entry point's own (train.py 256, eval.py 1024)
     default_prompt_key = "problem"    # --prompt_key
     default_answer_key = "answer"     # --answer_key
     default_eval_data = None          # eval.py --data_path and train.py --eval_data_path (a repo-relative file)
@@ -160,11 +162,13 @@ def env_class(name: str):
     raise KeyError(f"--env {name!r} is not an environment; choose from {sorted(ENVS)} or give module:Class")
 
 
-def resolve_env_defaults(args, cls, eval_data_flag: str = None) -> None:
-    """Fill the flags left unset (None) from the env's declared defaults: --max_answer_seq_len, --prompt_key,
-    --answer_key and, when `eval_data_flag` names one (eval.py's data_path, train.py's eval_data_path), the env's
-    held-out set. An explicit flag always wins."""
-    for flag, default in (("max_answer_seq_len", cls.default_max_answer_seq_len),
+def resolve_env_defaults(args, cls, eval_data_flag: str = None, fallback_max_prompt_seq_len: int = 256) -> None:
+    """Fill the flags left unset (None) from the env's declared defaults: --max_answer_seq_len, --max_prompt_seq_len
+    (the entry point's `fallback_max_prompt_seq_len` when the env declares none: train.py's 256, DeepSpeed-Chat's
+    default; eval.py's 1024), --prompt_key, --answer_key and, when `eval_data_flag` names one (eval.py's data_path,
+    train.py's eval_data_path), the env's held-out set. An explicit flag always wins."""
+    prompt_len = cls.default_max_prompt_seq_len or fallback_max_prompt_seq_len
+    for flag, default in (("max_answer_seq_len", cls.default_max_answer_seq_len), ("max_prompt_seq_len", prompt_len),
                           ("prompt_key", cls.default_prompt_key), ("answer_key", cls.default_answer_key)):
         if getattr(args, flag, None) is None:
             setattr(args, flag, default)

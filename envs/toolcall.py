@@ -162,6 +162,7 @@ def prompt_messages(row: dict, no_call_rule: bool = False, example: bool = False
 class ToolCallEnv(Env):
     """One question, one answer: the response's calls judged by BFCL's AST checker (module docstring)."""
     default_max_answer_seq_len = 256   # credo's reading: a short think and a few one-line calls
+    default_max_prompt_seq_len = PROMPT_TOKENS_ADVISED  # the tools' schemas whole (train.py's 256 cut them)
     default_prompt_key = "question"    # BFCL's fields; --prompt_key / --answer_key are not read
     default_answer_key = "ground_truth"
     default_eval_data = None           # the held-out split of the package's data: dataset("eval", ...)

@@ -208,7 +208,9 @@ def add_sampling_flags(p):
     g = p.add_argument_group("rollout: batch and sampling")
     g.add_argument("--num_generations", type=int, default=4, help="group size G: responses sampled per prompt")
     g.add_argument("--per_device_generation_batch_size", type=int, default=8, help="prompts per rank per step")
-    g.add_argument("--max_prompt_seq_len", type=int, default=256, help="prompts longer than this are left-truncated")
+    g.add_argument("--max_prompt_seq_len", type=int, default=None,
+                   help="prompts longer than this are left-truncated; default: the env's (toolcall 4096), else 256 "
+                        "(DeepSpeed-Chat's)")
     g.add_argument("--max_answer_seq_len", type=int, default=None,
                    help="max new tokens per response (per turn); default: the env's (arith, arith_multi, mixed 32; "
                         "math, code, appworld 512); the share cut at this length is `trunc` on the console line")

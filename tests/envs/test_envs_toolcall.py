@@ -40,6 +40,7 @@ def good_answer(row):
 def test_toolcall_is_registered_with_its_defaults():
     cls = env_class("toolcall")
     assert cls is ToolCallEnv and cls.default_max_answer_seq_len == 256 and cls.default_eval_data is None
+    assert cls.default_max_prompt_seq_len == 4096
     assert (cls.default_prompt_key, cls.default_answer_key) == ("question", "ground_truth")
 
 
@@ -228,6 +229,20 @@ def test_eval_py_refuses_a_second_turn_and_a_bad_budget(tiny_model_dir, capsys):
         with pytest.raises(SystemExit, match=message):
             eval_cli.validate(eval_cli.build_parser().parse_args(
                 ["--model_name_or_path", tiny_model_dir, "--env", "toolcall", *flags]))
+
+
+@pytest.mark.parametrize("env,train_len,eval_len", [("toolcall", 4096, 4096), ("arith", 256, 1024)])
+def test_the_prompt_length_is_the_env_s_unless_a_flag_says_otherwise(env, train_len, eval_len, tiny_model_dir):
+    """train.py's 256 cut BFCL's prompts (median about 550-800 tokens with the schemas): the env declares 4096; an env
+    that declares nothing keeps each entry point's own default, and an explicit flag wins."""
+    import eval as eval_cli
+    from rl.config import parse_args
+    base = ["--model_name_or_path", tiny_model_dir, "--env", env]
+    assert parse_args(base).max_prompt_seq_len == train_len
+    assert parse_args(base + ["--max_prompt_seq_len", "300"]).max_prompt_seq_len == 300
+    args = eval_cli.build_parser().parse_args(base)
+    eval_cli.validate(args)
+    assert args.max_prompt_seq_len == eval_len
 
 
 def test_the_data_files_are_read_from_the_installed_package():

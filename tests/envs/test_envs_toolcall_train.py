@@ -26,6 +26,8 @@ def test_one_dara_step_on_bfcl_logs_each_reward_and_why_a_parse_failed(tiny_mode
     for name in ("tool_format", "tool_correct", "think_length", "length_budget"):
         assert row[f"reward/{name}/errors"] == 0 and 0.0 <= row[f"reward/{name}/mean"] <= 1.0
     assert {"env/format/mean", "env/correct/mean", "env/info/parsed/mean", "dara/w/tool_format"} <= set(row)
+    for name in rewards.split(","):  # DARA's diagnostics (#48 item 6) reach the logged metrics of a real step
+        assert {f"dara/{q}/{name}" for q in ("energy", "weighted_energy", "active_groups", "cap_binds")} <= set(row)
     assert "--max_prompt_seq_len 256 cuts longer ones from the left" in proc.stdout + proc.stderr
     with open(os.path.join(out, "completions.jsonl")) as f:
         records = [json.loads(line) for line in f]
