@@ -26,8 +26,15 @@ PAD = -1.0  # a sentinel below any entropy (entropies are >= 0), as TRL pads acr
 
 
 def quantile(values: torch.Tensor, q: float) -> torch.Tensor:
-    """torch.quantile(values, q) with linear interpolation, for any length (torch.quantile refuses more than 2^24
-    elements). values: Tensor[n], n >= 1. Returns a 0-d tensor."""
+    """torch.quantile(values, q) (linear interpolation, TRL's call), also past the 2^24 elements torch.quantile
+    refuses (there by sorting: the same value up to float rounding). values: Tensor[n], n >= 1. A 0-d tensor."""
+    if values.numel() <= 2 ** 24:
+        return torch.quantile(values.float(), q)
+    return sorted_quantile(values, q)
+
+
+def sorted_quantile(values: torch.Tensor, q: float) -> torch.Tensor:
+    """torch.quantile's linear interpolation by sorting. values: Tensor[n], n >= 1."""
     ordered = values.float().sort().values
     pos = q * (len(ordered) - 1)
     lo = int(pos)
