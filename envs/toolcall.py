@@ -168,7 +168,7 @@ class ToolCallEnv(Env):
     default_eval_data = None           # the held-out split of the package's data: dataset("eval", ...)
 
     def __init__(self, categories: str = "all", irrelevance: bool = False, data: str = None, example: bool = True,
-                 **kwargs):
+                 max_schema_chars: int = 0, **kwargs):
         super().__init__(**kwargs)
         self.no_call_rule, self.example = irrelevance, example
         self.sample = self.verdict = None
@@ -182,15 +182,17 @@ class ToolCallEnv(Env):
         return ("question", "function", "ground_truth")
 
     @classmethod
-    def dataset(cls, split, n, seed, categories="all", irrelevance=False, data=None, **unused):
-        return toolcall_rows(split, n, seed, categories=categories, irrelevance=irrelevance, data=data)
+    def dataset(cls, split, n, seed, categories="all", irrelevance=False, data=None, max_schema_chars=0, **unused):
+        return toolcall_rows(split, n, seed, categories=categories, irrelevance=irrelevance, data=data,
+                             max_schema_chars=max_schema_chars)
 
     @classmethod
     def settings_from_args(cls, args) -> dict:
         # getattr: a parser without this env's flags (add_toolcall_env_flags) runs with the defaults
         return {"categories": getattr(args, "toolcall_categories", "all"),
                 "irrelevance": getattr(args, "toolcall_irrelevance", False),
-                "data": getattr(args, "toolcall_data", None), "example": getattr(args, "toolcall_example", True)}
+                "data": getattr(args, "toolcall_data", None), "example": getattr(args, "toolcall_example", True),
+                "max_schema_chars": getattr(args, "toolcall_max_schema_chars", 0)}
 
     @classmethod
     def check_flags(cls, args, bad) -> None:
@@ -204,6 +206,8 @@ class ToolCallEnv(Env):
                            "instructions first. Pass --max_prompt_seq_len %d to keep them whole, or fewer "
                            "--toolcall_categories.", length, PROMPT_TOKENS_ADVISED)
         settings = cls.settings_from_args(args)
+        if settings["max_schema_chars"] < 0:
+            bad(f"--toolcall_max_schema_chars must be >= 0 (0 = no cap), got {settings['max_schema_chars']}")
         try:
             if settings["data"]:
                 user_rows(settings["data"])
@@ -213,6 +217,9 @@ class ToolCallEnv(Env):
         except (ValueError, BfclMissing) as exc:  # ToolCallDataError is a ValueError
             flag = "--toolcall_data" if settings["data"] else "--toolcall_categories"
             bad(f"{flag}: {exc}")
+        if settings["max_schema_chars"] and not all(cls.dataset(split, 1, 0, **settings) for split in ("train", "eval")):
+            bad(f"--toolcall_max_schema_chars {settings['max_schema_chars']} leaves no question in the train or the "
+                f"held-out split of these categories: raise it, or 0 for no cap")
 
     def reset(self, sample: dict) -> list:
         check_row(sample, f"row {sample.get('id')!r}")  # --data_path rows arrive unchecked beyond their keys
@@ -282,6 +289,10 @@ def add_toolcall_env_flags(parser):
     g.add_argument("--toolcall_data", default=None,
                    help="your own tool-call JSONL (comma list) instead of BFCL's, in the same schema, split by the "
                         "same id hash (envs/toolcall_data.py; a bad row is named by file and line)")
+    g.add_argument("--toolcall_max_schema_chars", type=int, default=0,
+                   help="keep only questions whose tools' JSON schemas take at most this many characters, in the "
+                        "train and held-out splits alike (0 = all; credo's cost cap for CPU runs: BFCL's median is "
+                        "about 520 for simple_python and 1,350 for multiple)")
     g.add_argument("--toolcall_example", action=argparse.BooleanOptionalAction, default=True,
                    help="credo's reading: two worked examples (other functions) as earlier chat turns, without which "
                         "the default 135M model never wrote the layout (docs/toolcall.md); ToolRL and DARA prompt "

@@ -170,23 +170,32 @@ def interleave_categories(rows: list) -> list:
     return out
 
 
+def schema_chars(row: dict) -> int:
+    """Characters of a row's tools as JSON (BFCL's schema): what --toolcall_max_schema_chars caps."""
+    return len(json.dumps(row["function"]))
+
+
 def prompt_size(row: dict) -> int:
     """Characters of a row's tools and question, a tokenizer-free proxy for its prompt's length: eval batches of rows
     in this order pad little (the longest tool lists are about 20 times the shortest)."""
-    return len(json.dumps(row["function"])) + len(json.dumps(row["question"]))
+    return schema_chars(row) + len(json.dumps(row["question"]))
 
 
 def toolcall_rows(split: str, n: int, seed: int, categories: str = "all", irrelevance: bool = False,
-                  data: str = None) -> list:
+                  data: str = None, max_schema_chars: int = 0) -> list:
     """Up to `n` rows of `split`: "train" (not held out, in a seeded order) or "eval" (held out: the first n of the
     rows interleaved by category, so that any n covers every category, sorted by prompt_size). `data`: a user's JSONL
-    instead of BFCL's files, split the same way."""
+    instead of BFCL's files, split the same way. `max_schema_chars` > 0 keeps only the rows whose tools take at most
+    that many characters (schema_chars), in both splits: a cap on prompt length, hence on a CPU step's cost; which
+    rows are held out does not change (the split hashes ids)."""
     if split not in SPLITS:
         raise ValueError(f"tool-call splits are {SPLITS}, got {split!r}")
     if data:
         rows = user_rows(data)
     else:
         rows = [row for category in category_names(categories, irrelevance) for row in bfcl_category(category)]
+    if max_schema_chars:
+        rows = [r for r in rows if schema_chars(r) <= max_schema_chars]
     if split == "eval":  # which rows: the first n over every category; their order: shortest prompt first
         return sorted(interleave_categories([r for r in rows if is_held_out(r["id"])])[:n], key=prompt_size)
     train = [r for r in rows if not is_held_out(r["id"])]

@@ -7,7 +7,7 @@ import pytest
 
 from envs import env_class
 from envs.toolcall import ToolCallEnv, openapi_tools, prompt_messages, toolcall_metrics
-from envs.toolcall_data import ToolCallDataError, bfcl_category, is_held_out, toolcall_rows, user_rows
+from envs.toolcall_data import ToolCallDataError, bfcl_category, is_held_out, schema_chars, toolcall_rows, user_rows
 from rewards.bfcl import AST_CATEGORIES, IRRELEVANCE_CATEGORIES
 from rewards.toolcall import parse_response, think_words
 from rl.rollout.data import DataError, DataSettings, load_rows, training_rows
@@ -75,6 +75,17 @@ def test_the_split_is_a_fixed_hash_of_the_id_about_a_fifth_of_every_category():
     assert sum(held.values()) == 511 and set(held) == set(AST_CATEGORIES)
     for category in ("simple_python", "multiple", "parallel", "live_multiple"):
         assert 0.12 < held[category] / len(bfcl_category(category)) < 0.28
+
+
+def test_a_schema_cap_keeps_the_short_questions_of_both_splits_and_the_split_itself():
+    settings = {"categories": "simple_python,multiple", "max_schema_chars": 1000}
+    for split in ("train", "eval"):
+        whole = toolcall_rows(split, ALL, 0, categories=settings["categories"])
+        capped = toolcall_rows(split, ALL, 0, **settings)
+        assert {r["id"] for r in capped} == {r["id"] for r in whole if schema_chars(r) <= 1000}
+        assert 0 < len(capped) < len(whole) and {r["category"] for r in capped} == {"simple_python", "multiple"}
+    assert all(is_held_out(r["id"]) for r in toolcall_rows("eval", ALL, 0, **settings))
+    assert not any(is_held_out(r["id"]) for r in toolcall_rows("train", ALL, 3, **settings))
 
 
 def test_the_first_eval_rows_cover_every_category():
@@ -184,6 +195,7 @@ def test_a_user_file_given_as_data_path_is_checked_for_its_keys_by_file_and_line
 class Flags:
     max_turns = 1
     toolcall_categories, toolcall_irrelevance, toolcall_data, toolcall_example = "all", False, None, True
+    toolcall_max_schema_chars = 0
 
 
 def refusal(**flags):
@@ -202,6 +214,8 @@ def test_bad_settings_are_refused_where_the_flags_are_parsed(tmp_path):
     assert refusal() is None
     assert "--max_turns must be 1" in refusal(max_turns=2)
     assert "unknown BFCL categories simple" in refusal(toolcall_categories="simple")
+    assert "leaves no question" in refusal(toolcall_max_schema_chars=50)
+    assert "must be >= 0" in refusal(toolcall_max_schema_chars=-1)
     path = write_jsonl(tmp_path / "mine.jsonl", ["{oops"])
     assert refusal(toolcall_data=path) == f"--toolcall_data: {path}:1: not valid JSON (Expecting property name " \
                                           f"enclosed in double quotes)"
