@@ -1,9 +1,12 @@
 """Multi-turn code: the model writes Python in a fenced block; the sandbox runs the tests; the score of a turn is
-the pass rate; the feedback is the first failing test and its error, a held-out test by its number only.
+the pass rate; the feedback is the first failing test and how it failed, a held-out test by its number only.
 
-Rows: MBPP style (`prompt`, `test_list`, optional `test_imports`) or HumanEval style (`prompt` = a function stub,
-`test` defining check(candidate), `entry_point`). Train with e.g.
-`--env code --data_path data/mbpp/sanitized.jsonl --prompt_key prompt --answer_key test_list --max_turns 3`.
+Rows (envs/code_tasks.py reads each layout): MBPP style (`prompt`, `test_list`, optional `test_imports`, `code`),
+HumanEval style (`prompt` = a function stub, `test` defining check(candidate), `entry_point`), or LiveCodeBench's
+own (`question_content`, `starter_code`, `public_test_cases` / `private_test_cases` with stdin/stdout or functional
+tests, `metadata`). Train with e.g.
+`--env code --data_path data/mbpp/sanitized.jsonl --prompt_key prompt --answer_key test_list --max_turns 3`, or
+`--prompt_key question_content --answer_key public_test_cases` for LiveCodeBench rows.
 
 The first message gives what the tests call, as each benchmark's own prompt does (the model cannot guess a name):
 - MBPP: the sentence of Austin et al. 2021 (google-research/google-research mbpp/README.md), word for word,
@@ -14,38 +17,34 @@ The first message gives what the tests call, as each benchmark's own prompt does
   the fenced block of INSTRUCTION in place of [BEGIN]/[DONE] (a chat model's reply is parsed by extract_code).
   The score is the pass rate over ALL of `test_list`, the shown test included (as those harnesses score).
 - HumanEval: its own `prompt` field (imports, signature and docstring with its examples), then INSTRUCTION.
+- LiveCodeBench: its own system message and question template (envs/code_tasks.py).
 
 Shown and held back: MBPP shows `test_list[:MBPP_SHOWN_TESTS]`; the other tests, and all of HumanEval's `test`
-(check()), are held out: a program that hard-codes the shown assert scores at most 1/len(test_list). The feedback
-of a later turn quotes a failing test only if it was shown; for a held-out one it says "held-out test i of n"
-and the error (its type and message, which may quote a value the program was called with), never the test's
-source (rewards.code.run_tests(shown=...)).
+(check()), are held out: a program that hard-codes the shown assert scores at most 1/len(test_list). LiveCodeBench
+shows its public tests (the statement's examples) and holds out its private ones. The feedback of a later turn
+quotes a failing test only if it was shown; for a held-out one it says "held-out test i of n" and, for an assert,
+its error (its type and message, which may quote a value the program was called with), for a stdin or functional
+test its verdict alone, never the test's source, input or output (rewards.code.run_tests(shown=...)).
 """
 import re
 
 from envs.base import VerifyAndRefineEnv, register_env
+from envs.code_tasks import INSTRUCTION, MBPP_SHOWN_TESTS, MBPP_TEMPLATE, check_row, task  # noqa: F401
 from rewards.code import run_tests
 
 _FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
-INSTRUCTION = "Write the solution as a Python function in a ```python code block."
-MBPP_TEMPLATE = ("You are an expert Python programmer, and here is your task: {prompt} Your code should pass these "
-                 "tests:\n\n{tests}")
-MBPP_SHOWN_TESTS = 1  # the paper shows all; 1 keeps the rest held out (module docstring)
 
 
 def shown_tests(sample: dict) -> list:
     """The tests the first message shows, the first of the tests the verifier runs (none of HumanEval's)."""
-    if "entry_point" in sample:
-        return []
-    return list(sample["test_list"][:MBPP_SHOWN_TESTS])
+    found = task(sample)
+    return found.tests[:found.shown]
 
 
 def first_message(sample: dict, prompt_key: str = "prompt") -> str:
-    """The task as the benchmark's own prompt gives it (module docstring), then the answer format."""
-    task = sample[prompt_key]
-    if "entry_point" not in sample and "test_list" in sample:
-        task = MBPP_TEMPLATE.format(prompt=task.strip(), tests="\n".join(t.strip() for t in shown_tests(sample)))
-    return f"{task}\n\n{INSTRUCTION}"
+    """The task as the benchmark's own prompt gives it (module docstring), then the answer format (the last message
+    of the opening chat: LiveCodeBench's opens with a system message)."""
+    return task(sample, prompt_key).messages[-1]["content"]
 
 
 def extract_code(text: str):
@@ -65,16 +64,16 @@ class CodeVerifier:
 
     @staticmethod
     def program_and_tests(code: str, sample: dict):
-        if "entry_point" in sample:  # HumanEval: the stub's imports come first, check() gets the function
-            return sample["prompt"] + "\n" + code, [sample["test"] + f"\ncheck({sample['entry_point']})"]
-        return "\n".join(sample.get("test_imports") or []) + "\n" + code, list(sample["test_list"])
+        """(program, tests, run_tests keywords) for the model's code on this row (envs/code_tasks.py)."""
+        found = task(sample)
+        return found.prefix + code, found.tests, {"shown": found.shown, "keep": found.keep}
 
     def run(self, completion: str, sample: dict):
         code = extract_code(completion)
         if code is None:
             return 0.0, "No ```python code block was found in your answer."
-        program, tests = self.program_and_tests(code, sample)
-        result = run_tests(program, tests, shown=len(shown_tests(sample)), **self.limits)
+        program, tests, keywords = self.program_and_tests(code, sample)
+        result = run_tests(program, tests, **keywords, **self.limits)
         return result.score, result.feedback
 
     def __call__(self, prompt, completion, sample) -> float:
@@ -90,6 +89,15 @@ class CodeEnv(VerifyAndRefineEnv):
     @classmethod
     def make_verifier(cls, **kwargs):
         return CodeVerifier()
+
+    @classmethod
+    def check_row(cls, location: str, row: dict) -> dict:
+        """A row that is no code task of a known layout is refused at load, by file and line (BadCodeRow)."""
+        return check_row(location, row)
+
+    def reset(self, sample: dict) -> list:
+        self.sample, self.turn = sample, 0
+        return [dict(m) for m in task(sample, self.prompt_key).messages]
 
     def first_message(self, sample: dict) -> str:
         return first_message(sample, self.prompt_key)

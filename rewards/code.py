@@ -10,11 +10,15 @@ the end. tests/rewards/test_sandbox_hostile.py attacks each of these.
 
 Results that a program cannot fake (run_tests): the tests run in a second sandbox, in another interpreter, and
 reach the program's names only through requests over a pipe whose replies decode to plain values or handles
-(rewards/sandbox/wire.py), never to objects with the program's code in them. The harness alone writes the result
-pipe, its line carries a token drawn per run, and any run status other than "ok" scores 0. The tests are never in
-the program's view. What no harness can prevent, and stays inherent: a program may return an object whose
-comparisons it answers itself (an always-equal `__eq__` still says True through its handle), or hard-code the
-answers to tests it was shown in the prompt; use held-out tests to catch the second.
+(rewards/sandbox/wire.py), never to objects with the program's code in them. The tests see the genuine builtins and
+standard modules whatever the program names its globals (only the names they are meant to call, `keep`, are the
+program's), a returned value that is plain data is compared on the harness's side, and a program's object never
+meets the test's data in the program (== with plain data is False; rewards/sandbox/harness.py). The harness alone
+writes the result pipe, its line carries a token drawn per run, and any run status other than "ok" scores 0. A
+stdin/stdout test is judged here, on the output that the runner read from the program's pipe
+(rewards/code_cases.py). The tests are never in the program's view. What no harness can prevent, and stays
+inherent: a program may hard-code the answers to tests it was shown in the prompt (use held-out tests), and two of
+its own objects compare as it says.
 
 Without bubblewrap `execute` refuses (SandboxUnavailable) unless CREDO_CODE_SANDBOX=none asks for the weaker
 fallback (rlimits, own uid and network namespace when root; no mount, PID or IPC isolation between runs), which
@@ -32,6 +36,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from rewards.code_cases import NOT_RUN, VERDICTS, held_out_feedback, shown_feedback, stdin_verdict, test_kind
 from rewards.sandbox.bwrap import find_bwrap
 
 _RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox", "runner.py")
@@ -116,8 +121,9 @@ def _run_job(job: dict, timeout_s: float) -> ExecResult:
 
 
 def _job(code: str, stdin: str, tests, timeout_s: float, memory_mb: int, max_output_bytes: int, max_processes: int,
-         max_file_mb: int) -> dict:
-    return {"code": code, "stdin": stdin, "tests": tests, "isolation": _checked(requested_isolation()),
+         max_file_mb: int, keep=()) -> dict:
+    return {"code": code, "stdin": stdin, "tests": tests, "keep": sorted(keep),
+            "isolation": _checked(requested_isolation()),
             "timeout_s": timeout_s, "memory_mb": memory_mb, "max_output_bytes": max_output_bytes,
             "max_processes": max_processes, "max_file_mb": max_file_mb}
 
@@ -140,42 +146,84 @@ def execute(code: str, *, stdin: str = "", timeout_s: float = 5.0, memory_mb: in
 class TestResult:
     passed: int
     total: int
-    score: float       # passed / total; 0 whenever the run's status is not "ok"
-    feedback: str      # the first failing test (a held-out one by number) and its error, truncated ("" when all pass)
-    status: str        # the ExecResult status of the program's run
+    score: float       # passed / total; 0 whenever the run of the harness's tests does not end "ok"
+    feedback: str      # the first failing test (a held-out one by number) and how it failed, truncated ("" if none)
+    status: str        # the program's run's status; of stdin tests, the first that was not "ok" (else "ok")
+    outcomes: list = None  # per test: None if it passed, else how it failed (what a held-out test's feedback hides)
 
 
-def run_tests(program: str, tests, feedback_chars: int = 500, *, shown: int = None, timeout_s: float = 5.0,
+def run_tests(program: str, tests, feedback_chars: int = 500, *, shown: int = None, keep=(), timeout_s: float = 5.0,
               memory_mb: int = 1024, max_output_bytes: int = 65536, max_processes: int = 64,
               max_file_mb: int = 16) -> TestResult:
-    """Run `program`, then each test (a string of Python, e.g. an assert, run in the harness's own sandbox against
-    the program's names); count the passes. `shown`: only the first `shown` tests were shown to the model (None: all
-    were); the feedback quotes a failing test among those, and of a held-out one gives its number and error only, so
-    that multi-turn feedback never hands the model a test it was not shown."""
+    """Run `program` on each test and count the passes. A test is Python source (e.g. an assert, run in the harness's
+    own sandbox against the program's names), a stdin/stdout test {"stdin", "stdout"} (a run of its own per test)
+    or a call test {"call", "args", "returns"} (rewards/code_cases.py). `shown`: only the first `shown` tests were
+    shown to the model (None: all were); the feedback quotes a failing test among those, and of a held-out one gives
+    its number (and, for Python source, its error) only, so that multi-turn feedback never hands the model a test
+    it was not shown. `keep`: the program's names that the tests are meant to call although a builtin or a standard
+    module has that name (the entry point); any other such name of the program is not the tests'
+    (rewards/sandbox/harness.py). timeout_s: per run (the harness's tests together; each stdin test alone)."""
     tests = [tests] if isinstance(tests, str) else list(tests)
     if not tests:
         raise ValueError("run_tests needs at least one test")
-    job = _job(program, "", tests, timeout_s, memory_mb, max_output_bytes, max_processes, max_file_mb)
-    raw = _run_job(job, timeout_s)
-    result = _result(raw)
-    outcomes, why = (raw.get("tests"), raw.get("tests_error", "")) if isinstance(raw, dict) else (None, "")
-    if result.status != "ok" or outcomes is None:  # a run that did not end cleanly proves nothing
-        lines = result.stderr.strip().splitlines()
-        reason = (lines[-1] if lines else why or result.status) if result.status != "ok" else why
-        return TestResult(0, len(tests), 0.0, f"program {result.status}: {reason}"[:feedback_chars], result.status)
+    kinds = [test_kind(t) for t in tests]
+    limits = (timeout_s, memory_mb, max_output_bytes, max_processes, max_file_mb)
+    outcomes, outputs, status = [None] * len(tests), [("", "")] * len(tests), "ok"
+    in_harness = [i for i, kind in enumerate(kinds) if kind != "stdin"]
+    if in_harness:
+        job = _job(program, "", [tests[i] for i in in_harness], *limits, keep)
+        raw = _run_job(job, timeout_s)
+        result = _result(raw)
+        found, why = (raw.get("tests"), raw.get("tests_error", "")) if isinstance(raw, dict) else (None, "")
+        if result.status != "ok" or found is None:  # a run that did not end cleanly proves nothing
+            lines = result.stderr.strip().splitlines()
+            reason = (lines[-1] if lines else why or result.status) if result.status != "ok" else why
+            return TestResult(0, len(tests), 0.0, f"program {result.status}: {reason}"[:feedback_chars],
+                              result.status, [f"program {result.status}"] * len(tests))
+        for i, outcome in zip(in_harness, found):
+            outcomes[i] = outcome
+    by_stdin = [i for i, kind in enumerate(kinds) if kind == "stdin"]
+    if by_stdin:
+        status = _run_stdin_tests(program, [tests[i] for i in by_stdin], limits, by_stdin, outcomes, outputs)
     passed = sum(o is None for o in outcomes)
-    first_fail = next(((i, t, o) for i, (t, o) in enumerate(zip(tests, outcomes)) if o is not None), None)
-    if first_fail is None:
+    first = next((i for i, o in enumerate(outcomes) if o is not None), None)
+    if first is None:
         feedback = ""
-    elif shown is None or first_fail[0] < shown:
-        feedback = f"failed: {first_fail[1].strip()}\n{first_fail[2]}"[:feedback_chars]
+    elif shown is None or first < shown:
+        feedback = shown_feedback(tests[first], outcomes[first], *outputs[first])
     else:
-        feedback = f"failed: held-out test {first_fail[0] + 1} of {len(tests)} (not shown)\n{first_fail[2]}"
-        feedback = feedback[:feedback_chars]
-    return TestResult(passed, len(tests), passed / len(tests), feedback, result.status)
+        feedback = held_out_feedback(tests[first], first, len(tests), outcomes[first])
+    return TestResult(passed, len(tests), passed / len(tests), feedback[:feedback_chars], status, outcomes)
+
+
+def _run_stdin_tests(program: str, tests: list, limits: tuple, positions: list, outcomes: list, outputs: list) -> str:
+    """Each stdin test in a fresh sandbox of its own (one runner for all); each judged here by its output. Fills
+    outcomes and outputs ((stdout, last error line)) at `positions`; returns the first status that was not "ok"
+    (else "ok")."""
+    job = {**_job(program, "", None, *limits), "stdins": [t["stdin"] for t in tests]}
+    raw = _run_job(job, (limits[0] + 2) * len(tests))
+    cases = raw.get("cases") if isinstance(raw, dict) else None
+    if cases is None:  # the runner itself failed: every test fails with its status
+        result = _result(raw)
+        for i in positions:
+            outcomes[i] = VERDICTS.get(result.status, result.status)
+        return result.status
+    status = "ok"
+    for n, i in enumerate(positions):
+        if n >= len(cases):
+            outcomes[i] = NOT_RUN
+            continue
+        result = _result(cases[n])
+        status = result.status if status == "ok" else status
+        error = result.stderr.strip().splitlines()[-1:] if result.status != "ok" else []
+        outcomes[i], outputs[i] = stdin_verdict(cases[n], tests[n]["stdout"]), (result.stdout, "".join(error))
+    return status
 
 
 def run_many(jobs: list, workers: int = 2, **limits) -> list:
-    """run_tests over (program, tests) pairs in parallel (--code_workers); results in input order."""
+    """run_tests over (program, tests) or (program, tests, keywords) jobs in parallel (--code_workers); keywords
+    (e.g. shown, keep) go to run_tests with `limits`. Results in input order."""
+    def one(job):
+        return run_tests(job[0], job[1], **(job[2] if len(job) > 2 else {}), **limits)
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda job: run_tests(*job, **limits), jobs))
+        return list(pool.map(one, jobs))

@@ -1,10 +1,27 @@
 """The test side of a tested run, in its own sandbox: the tests run here, in this interpreter, and reach the
 program's names only through requests to the program's process (serve.py), whose replies decode to plain values
-or handles (wire.py). The job is job.json in its working directory ({"tests", "token", "max_reply_bytes"}), visible
-to no one else; results go out on fd 3 as one line: the run's token, then a JSON list with None per passing test,
-else the error.
+or handles (wire.py). The job is job.json in its working directory ({"tests", "keep", "token",
+"max_reply_bytes"}), visible to no one else; results go out on fd 3 as one line: the run's token, then a JSON list
+with None per passing test, else the error.
+
+What a test sees (credo's reading; issue 51):
+- Names: the genuine builtins, and the program's globals except those named like a builtin (`set`, `sorted`,
+  `abs`, `len`, `AssertionError`...) or like a standard-library module (`math`, `re`, `collections`...), unless
+  the job's `keep` lists the name (the names the tests are meant to call: HumanEval's entry point, the functions of
+  an MBPP row's reference solution, such as mbpp-126's `sum`). A program that imported a standard module under its
+  own name (`import math`, as MBPP's test_imports do) leaves the tests the harness's own, genuine module of that
+  name. The rule is by name only: whether a global is a module is the program's answer, which it could fake. An
+  alias (`import heapq as hq`) is the program's own name, and a test that uses one calls the program's object.
+- Values: what a call returns decodes to plain data when it is plain data (wire.py; subclasses such as Counter or
+  a namedtuple travel as their plain base) and is then compared here, out of the program's reach. Anything else is
+  a Remote: an operator between two Remotes is the program's (both objects are its own, as `Point(1, 2) ==
+  Point(1, 2)` asks), but a Remote never meets the test's own data in the program: `==` with plain data is False,
+  `!=` True, ordering and arithmetic with plain data raise TypeError, `x in remote` is decided here over the
+  remote's items. So an always-equal `__eq__` passes nothing, and the program never sees an expected value through
+  a comparison.
 """
 import builtins
+import importlib
 import json
 import os
 import sys
@@ -89,32 +106,116 @@ def _forward(op: str, reflected: bool = False):
     return method
 
 
+def _between_remotes(op: str, reflected: bool = False):
+    """A binary operator that the program answers only when both operands are its own objects. With the test's data
+    on the other side, NotImplemented: Python then falls back to identity for == / != (False / True) and raises
+    TypeError for ordering and arithmetic, and the test's value never reaches the program."""
+    forward = _forward(op, reflected)
+
+    def method(self, other):
+        return forward(self, other) if isinstance(other, Remote) else NotImplemented
+    return method
+
+
+def _contains(self, item):
+    """`item in remote`, decided here: the remote's items come back (plain data or handles) and are compared here."""
+    channel = object.__getattribute__(self, "_channel")
+    return any(x is item or x == item for x in channel.request("list", self))
+
+
+# Operators on one remote (or with a key or a format of the test's: an index is the test's input, not its answer)
 for _dunder, _op in {"repr": "repr", "str": "str", "len": "len", "hash": "hash", "bool": "bool", "int": "int",
-                     "float": "float", "index": "index", "contains": "contains", "getitem": "getitem",
-                     "setitem": "setitem", "delitem": "delitem", "eq": "eq", "ne": "ne", "lt": "lt", "le": "le",
-                     "gt": "gt", "ge": "ge", "add": "add", "sub": "sub", "mul": "mul", "truediv": "truediv",
-                     "floordiv": "floordiv", "mod": "mod", "pow": "pow", "neg": "neg", "pos": "pos", "abs": "abs",
-                     "invert": "invert", "and": "and_", "or": "or_", "xor": "xor", "lshift": "lshift",
-                     "rshift": "rshift", "matmul": "matmul", "round": "round", "divmod": "divmod",
-                     "format": "format"}.items():
+                     "float": "float", "index": "index", "getitem": "getitem", "setitem": "setitem",
+                     "delitem": "delitem", "neg": "neg", "pos": "pos", "abs": "abs", "invert": "invert",
+                     "round": "round", "format": "format"}.items():
     setattr(Remote, f"__{_dunder}__", _forward(_op))
+# Comparisons and arithmetic: between two remotes only
+for _dunder, _op in {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "add": "add",
+                     "sub": "sub", "mul": "mul", "truediv": "truediv", "floordiv": "floordiv", "mod": "mod",
+                     "pow": "pow", "and": "and_", "or": "or_", "xor": "xor", "lshift": "lshift", "rshift": "rshift",
+                     "matmul": "matmul", "divmod": "divmod"}.items():
+    setattr(Remote, f"__{_dunder}__", _between_remotes(_op))
 for _dunder in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor", "matmul"):
-    setattr(Remote, f"__r{_dunder}__", _forward(_dunder + "_" if _dunder in ("and", "or") else _dunder, True))
+    setattr(Remote, f"__r{_dunder}__", _between_remotes(_dunder + "_" if _dunder in ("and", "or") else _dunder, True))
+Remote.__contains__ = _contains
 
 
-def run_tests(channel: Channel, tests: list) -> list:
+RESERVED = frozenset(dir(builtins)) | frozenset(sys.stdlib_module_names)
+
+
+def _names(code) -> set:
+    """Every global or attribute name a code object uses, its functions' and classes' included."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _names(const)
+    return names
+
+
+def test_namespace(program_globals: dict, keep, tests: list) -> dict:
+    """The namespace the tests run in (module docstring): the genuine builtins, the program's globals less the
+    reserved names not in `keep`, and for a reserved name that the program bound and a test uses, the genuine
+    standard module of that name (imported here, only when a test names it)."""
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    hidden = []
+    for name, value in program_globals.items():
+        if name in RESERVED and name not in keep:
+            hidden.append(name)
+        else:
+            namespace[name] = value
+    used = set()
+    for source in filter(lambda test: isinstance(test, str), tests):
+        try:
+            used |= _names(compile(source, "<test>", "exec"))
+        except (SyntaxError, ValueError):
+            pass  # the test fails when it runs
+    for name in hidden:
+        if name in used and name in sys.stdlib_module_names:
+            try:
+                namespace[name] = importlib.import_module(name)
+            except ImportError:
+                pass
+    return namespace
+
+
+def run_tests(channel: Channel, tests: list, keep=()) -> list:
     outcomes = []
     try:
-        namespace = {"__name__": "__main__", "__builtins__": builtins, **channel.request("globals")}
+        namespace = test_namespace(channel.request("globals"), frozenset(keep), tests)
     except BaseException as exc:
         return [f"the program never reached the tests ({type(exc).__name__}: {exc})"] * len(tests)
-    for source in tests:
+    for test in tests:
+        if isinstance(test, dict):
+            outcomes.append(run_call(namespace, test))
+            continue
         try:
-            exec(compile(source, "<test>", "exec"), namespace)
+            exec(compile(test, "<test>", "exec"), namespace)
             outcomes.append(None)
         except BaseException as exc:  # a test failing in any way (SystemExit in a test too) is a failed test
             outcomes.append(f"{type(exc).__name__}: {exc}")
     return outcomes
+
+
+def run_call(namespace: dict, test: dict):
+    """A call test ({"call", "args", "returns"}; rewards/code_cases.py): None if it returns the value, else
+    "wrong answer: ..." or "runtime error: ...". As LiveCodeBench's grade_call_based: the method of a fresh
+    Solution() when the program has that class, else the function; a tuple counts as a list. The comparison is
+    here: a returned Remote equals no plain value."""
+    try:
+        solution = namespace.get("Solution")
+        function = getattr(solution(), test["call"]) if solution is not None else namespace[test["call"]]
+        got = function(*test["args"])
+    except BaseException as exc:
+        return f"runtime error: {type(exc).__name__}: {str(exc)[:300]}"
+    if type(got) is tuple:
+        got = list(got)
+    try:
+        if got == test["returns"]:
+            return None
+        shown = repr(got)
+    except BaseException as exc:  # a Remote's repr is a request, which can fail
+        shown = f"an object whose repr failed ({type(exc).__name__})"
+    return f"wrong answer: returned {shown[:300]}"
 
 
 def main():
@@ -122,7 +223,7 @@ def main():
         job = json.load(f)
     results = os.fdopen(3, "w")
     channel = Channel(os.fdopen(5, "w"), os.fdopen(4, "r"), job["max_reply_bytes"])
-    outcomes = run_tests(channel, job["tests"])
+    outcomes = run_tests(channel, job["tests"], job.get("keep", ()))
     results.write(job["token"] + json.dumps(outcomes) + "\n")
     results.flush()
 

@@ -1,8 +1,12 @@
 """The privileged side of one run: started by rewards.code in its own session, job JSON on stdin, one JSON
 result line on stdout.
 
-Job: {"code", "stdin", "tests" (None for a plain run), "isolation" ("bwrap" | "none"), "timeout_s", "memory_mb",
-"max_output_bytes", "max_processes", "max_file_mb"}.
+Job: {"code", "stdin", "tests" (None for a plain run), "keep" (the program's names the tests call, harness.py),
+"isolation" ("bwrap" | "none"), "timeout_s", "memory_mb", "max_output_bytes", "max_processes", "max_file_mb"}, and
+for stdin/stdout tests "stdins": a list of inputs, each run as a plain run of its own (fresh sandbox, cgroup and
+uid: nothing of one input's run reaches the next), the result then {"cases": [one result per input]}. After an
+input whose run timed out the rest are not run (credo's reading: each would cost the whole timeout; LiveCodeBench's
+grade_stdio stops at the first failure of any kind).
 
 A plain run is one sandboxed process: `python main.py`. A tested run is two, in two separate sandboxes that
 cannot see each other: the program (serve.py runs main.py, then answers requests) and the harness (harness.py
@@ -10,8 +14,16 @@ runs the tests, which reach the program only through a pair of pipes). The harne
 and its one line must begin with a token drawn here for this run. Every process joins the run's cgroup before
 exec (one memory and pids limit for the run) and carries the rlimits (the inner layer: CPU time, address space,
 file size, open files, no core dumps, processes per uid). Each sandboxed process runs as its own unprivileged uid
-outside (a base plus this runner's pid: no two live runs share one), so even the kernel's per-uid counters and
-permission checks keep runs apart. This process is a child subreaper: whatever escapes is killed at the end.
+outside, claimed on the kernel for the run (uids.py: unique among live runs even across containers), so even the
+kernel's per-uid counters and permission checks keep runs apart. This process is a child subreaper: whatever
+escapes is killed at the end.
+
+Statuses come from what this process observes, never from the program's text: "memory" only when the run's cgroup
+counted an OOM kill (a program that prints "MemoryError" and exits 1 is an "error"), "timeout" from the deadline
+or the CPU-time signal, "output_limit" from the bytes read, "killed" from a signal. With a cgroup, the cgroup is
+the memory limit (everything the run touches, together) and no address-space rlimit is set: an allocation past
+RLIMIT_AS would raise MemoryError inside the program, a failure this process cannot see. Without a writable cgroup,
+RLIMIT_AS is the memory limit and running out of it reads "error".
 """
 import ctypes
 import fcntl
@@ -24,19 +36,20 @@ import sys
 import time
 
 if __package__:  # imported (tests read its constants)
-    from rewards.sandbox import bwrap
+    from rewards.sandbox import bwrap, uids
     from rewards.sandbox.cgroup import RunCgroup
     from rewards.sandbox.tree import make_private_dir, remove_tree
 else:  # started as a script with `python -I -S`: stdlib only, ~25 ms instead of ~130 ms with the rewards package
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import bwrap  # noqa: E402
+    import uids  # noqa: E402
     from cgroup import RunCgroup  # noqa: E402
     from tree import make_private_dir, remove_tree  # noqa: E402
     del sys.path[0]
 
 PR_SET_CHILD_SUBREAPER = 36
 CLONE_NEWNET, CLONE_NEWIPC = 0x40000000, 0x08000000
-UID_BASE = 1 << 30  # far above any login or system account; + 2 * runner pid + (0 program, 1 harness)
+UID_BASE = uids.UID_BASE  # run uids: UID_BASE <= uid < 2 * UID_BASE (uids.py)
 STUB_DIR = os.path.dirname(os.path.abspath(__file__))
 SANDBOX_ROOT = "/run/credo-sandbox" if os.getuid() == 0 else os.path.join("/tmp", f"credo-sandbox-{os.getuid()}")
 MAX_RESULT_BYTES = 1 << 20
@@ -56,12 +69,15 @@ def _stub(name: str) -> bytes:
         return f.read()
 
 
-def _rlimits(job: dict) -> dict:
-    limits = {resource.RLIMIT_CPU: int(job["timeout_s"]) + 1, resource.RLIMIT_AS: job["memory_mb"] * MB,
-              resource.RLIMIT_FSIZE: job["max_file_mb"] * MB, resource.RLIMIT_NOFILE: 64, resource.RLIMIT_CORE: 0}
-    # Per uid: a limit per run as root (each run has its own uid); without root it is shared with the caller's
-    # other processes, as it always was (the pids cgroup, where writable, is the real limit)
-    limits[resource.RLIMIT_NPROC] = job["max_processes"]
+def _rlimits(job: dict, cgroup) -> dict:
+    limits = {resource.RLIMIT_CPU: int(job["timeout_s"]) + 1, resource.RLIMIT_FSIZE: job["max_file_mb"] * MB,
+              resource.RLIMIT_NOFILE: 64, resource.RLIMIT_CORE: 0}
+    if cgroup is None:  # with a cgroup, it is the memory limit, one the runner can observe (module docstring)
+        limits[resource.RLIMIT_AS] = job["memory_mb"] * MB
+    # Per uid: a limit per run as root (each run has its own uid; + 1 for the process that holds the uid's claim);
+    # without root it is shared with the caller's other processes, as it always was (the pids cgroup, where
+    # writable, is the real limit)
+    limits[resource.RLIMIT_NPROC] = job["max_processes"] + 1
     return limits
 
 
@@ -84,7 +100,7 @@ def spawn(argv: list, fds: dict, uid: int, job: dict, cgroup, cwd: str = "/") ->
         os.setsid()
         if job["isolation"] == "none" and os.getuid() == 0:  # no bwrap: at least no network and no shared IPC
             ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWNET | CLONE_NEWIPC)
-        for which, value in _rlimits(job).items():
+        for which, value in _rlimits(job, cgroup).items():
             resource.setrlimit(which, (value, value))
         if os.getuid() == 0:
             os.setgroups([])
@@ -132,10 +148,12 @@ class Sandbox:
             remove_tree(self.host_dir)
 
 
-def _status(returncode: int, wall: float, stderr: bytes, job: dict, out_of_memory: bool) -> str:
+def _status(returncode: int, wall: float, job: dict, out_of_memory: bool) -> str:
+    """The label of a run that ended by itself, from what this process saw: its exit code, its time, the cgroup's
+    OOM-kill counter. Never from its output: a program can print anything."""
     if returncode == 0:
         return "ok"
-    if out_of_memory or b"MemoryError" in stderr[-4000:]:
+    if out_of_memory:
         return "memory"
     if returncode in (-signal.SIGXCPU, -signal.SIGKILL) and wall >= job["timeout_s"] * 0.5:
         return "timeout"  # RLIMIT_CPU: the program burnt its CPU-time budget
@@ -151,26 +169,40 @@ def _exit_code(wait_status: int, isolation: str) -> int:
 
 def run(job: dict) -> dict:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    if job.get("stdins") is None:
+        return run_once(job, job.get("stdin", ""))
+    cases = []
+    for stdin in job["stdins"]:
+        cases.append(run_once({**job, "tests": None}, stdin))
+        if cases[-1]["status"] == "timeout":
+            break
+    return {"cases": cases}
+
+
+def run_once(job: dict, stdin: str) -> dict:
+    """One run (plain, or tested when job["tests"] is a list) with `stdin` on the program's standard input."""
     tested = job.get("tests") is not None
     token = os.urandom(16).hex()  # secrets.token_hex(16) is exactly this; importing secrets costs ~10 ms a run
-    uid = UID_BASE + 2 * os.getpid()
+    held = uids.claim() if os.getuid() == 0 else None  # without root the run keeps the caller's uid
+    uid = held.uid if held else None
     cgroup = RunCgroup.create(job["memory_mb"] * MB, job["max_processes"] + 8)  # + bwrap's own processes
     program_files = {"main.py": job["code"].encode()}
     if tested:
         program_files.update({name: _stub(name) for name in ("serve.py", "wire.py")})
     program = Sandbox(job, program_files, ["serve.py" if tested else "main.py"], uid)
     sandboxes = [program]
-    stdin_fd = _memfd("stdin", job.get("stdin", "").encode())
+    stdin_fd = _memfd("stdin", stdin.encode())
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     program_fds = {0: stdin_fd, 1: out_w, 2: err_w}
     child_ends = [stdin_fd, out_w, err_w]
     readers = {out_r: "stdout", err_r: "stderr"}
     if tested:
-        harness_job = {"tests": job["tests"], "token": token, "max_reply_bytes": job["max_output_bytes"] * 16}
+        harness_job = {"tests": job["tests"], "keep": job.get("keep", []), "token": token,
+                       "max_reply_bytes": job["max_output_bytes"] * 16}
         harness = Sandbox(job, {"job.json": json.dumps(harness_job).encode(),
                                 "harness.py": _stub("harness.py"), "wire.py": _stub("wire.py")},
-                          ["harness.py"], uid + 1)
+                          ["harness.py"], None if uid is None else uid + 1)
         sandboxes.append(harness)
         req_r, req_w = os.pipe()      # harness -> program
         rep_r, rep_w = os.pipe()      # program -> harness
@@ -227,6 +259,8 @@ def run(job: dict) -> dict:
     out_of_memory = cgroup is not None and cgroup.ran_out_of_memory()
     if cgroup is not None:
         cgroup.kill_all()
+    if held:
+        held.release()  # after the cgroup is empty: the uid stays claimed while the run's processes have it
     _kill_descendants()  # and reap: what the run's PID namespaces leave is re-parented here, as zombies or not
     if cgroup is not None:
         cgroup.remove()
@@ -236,13 +270,13 @@ def run(job: dict) -> dict:
     returncode = _exit_code(waits[program_pid], job["isolation"])
     stderr = bytes(buffers["stderr"])
     if status is None:
-        status = _status(returncode, program_wall, stderr, job, out_of_memory)
+        status = _status(returncode, program_wall, job, out_of_memory)
     elif status == "harness_output_limit":
         status = "error"
     cap = job["max_output_bytes"]
     result = {"status": status, "returncode": returncode, "wall_s": program_wall if status != "timeout" else
               job["timeout_s"], "stdout": bytes(buffers["stdout"][:cap]).decode("utf-8", "replace"),
-              "stderr": stderr[:cap].decode("utf-8", "replace"), "isolation": _isolation(job, cgroup)}
+              "stderr": stderr[:cap].decode("utf-8", "replace"), "isolation": _isolation(job, cgroup), "uid": uid}
     if tested:
         result["tests"], result["tests_error"] = _read_results(bytes(buffers["result"]), token, len(job["tests"]),
                                                                bytes(buffers["harness"][-2000:]))

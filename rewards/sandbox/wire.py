@@ -3,13 +3,18 @@
 Values cross as JSON: None, bool, int, float and str as themselves, containers tagged ({"l": [...]} a list,
 {"t"} tuple, {"s"} set, {"f"} frozenset, {"d": [[k, v], ...]} dict, {"b"} base64 bytes, {"c": [re, im]} complex),
 and anything else the program holds as {"h": id}, a handle that the harness can only use through further requests
-(attribute, call, operator). The harness decodes what the program sends with `decode`, which builds nothing but
-these plain types and handles: a program cannot hand the harness an object with its own code in it.
+(attribute, call, operator). A subclass of a plain type (Counter, OrderedDict, defaultdict, a namedtuple, an
+IntEnum, a str subclass) travels as its plain base's value, so that what it is compared with is compared as data
+on the harness's side, whatever comparison the subclass defines. The harness decodes what the program sends with
+`decode`, which builds nothing but these plain types and handles: a program cannot hand the harness an object with
+its own code in it.
 """
 import base64
 import json
 
 MAX_DEPTH = 64  # deeper values travel as a handle (program side) or are refused (harness side)
+# bool before int (a subclass of it), as isinstance would find them; bool itself cannot be subclassed
+PLAIN_BASES = (bool, int, float, str, bytes, complex, list, tuple, set, frozenset, dict)
 
 
 class ProtocolError(Exception):
@@ -40,6 +45,14 @@ def encode(value, as_handle, depth: int = 0):
         return {"b": base64.b64encode(value).decode()}
     if kind is complex:
         return {"c": [value.real, value.imag]}
+    base = next((b for b in PLAIN_BASES if isinstance(value, b)), None)
+    if base is not None:  # a subclass: its base's value (the base's constructor copies it into an exact instance)
+        try:
+            plain = base(value)
+        except Exception:
+            return as_handle(value)
+        if type(plain) is base:
+            return encode(plain, as_handle, depth)
     return as_handle(value)
 
 

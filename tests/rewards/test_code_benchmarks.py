@@ -1,10 +1,12 @@
-"""Every HumanEval and MBPP (sanitized) reference solution passes through the sandbox; a `pass` body fails."""
+"""Every HumanEval and MBPP (sanitized) reference solution passes through the sandbox, as the code env runs it (its
+program, tests, shown count and the names the tests call: envs/code_tasks.py); a `pass` body fails."""
 import ast
 import json
 import os
 
 import pytest
 
+from envs.code_env import CodeVerifier
 from rewards.code import run_many
 from tests.helpers import REPO_ROOT
 
@@ -30,7 +32,7 @@ def rows(path):
 
 
 def humaneval_job(row, body):
-    return row["prompt"] + body, [row["test"] + f"\ncheck({row['entry_point']})"]
+    return CodeVerifier.program_and_tests(body, row)
 
 
 def pass_bodies(code: str) -> str:
@@ -42,7 +44,7 @@ def pass_bodies(code: str) -> str:
 
 
 def mbpp_job(row, code):
-    return "\n".join(row["test_imports"]) + "\n" + code, row["test_list"]
+    return CodeVerifier.program_and_tests(code, row)
 
 
 def test_humaneval_canonical_solutions_pass_and_pass_bodies_fail():

@@ -164,6 +164,22 @@ def test_tests_reach_the_programs_objects_only_through_handles():
     assert (result.passed, result.status) == (4, "ok"), result
 
 
+def test_subclasses_of_plain_data_and_the_programs_own_objects_still_compare():
+    """Values compare on the harness's side as plain data (a Counter as a dict, a namedtuple as a tuple), and two
+    objects of the program compare by the program's own __eq__ (rewards/sandbox/harness.py)."""
+    program = ("import collections, enum\nPair = collections.namedtuple('Pair', 'lo hi')\n"
+               "class Level(enum.IntEnum):\n    HIGH = 3\n"
+               "class Point:\n    def __init__(self, x, y):\n        self.x, self.y = x, y\n"
+               "    def __eq__(self, other):\n        return (self.x, self.y) == (other.x, other.y)\n"
+               "def counts(s):\n    return collections.Counter(s)\ndef pair():\n    return Pair(1, 2)\n"
+               "def level():\n    return Level.HIGH\ndef ordered():\n    return collections.OrderedDict(a=1)\n")
+    tests = ["assert counts('aab') == {'a': 2, 'b': 1}", "assert pair() == (1, 2)", "assert level() == 3",
+             "assert ordered() == {'a': 1}", "assert Point(1, 2) == Point(1, 2)", "assert Point(1, 2) != Point(2, 1)",
+             "assert sorted(counts('ba')) == ['a', 'b']"]
+    result = run_tests(program, tests)
+    assert (result.passed, result.status) == (len(tests), "ok"), result
+
+
 def test_a_run_that_does_not_end_ok_scores_zero_even_after_its_tests_passed():
     lingering = ("import threading, time\nthreading.Thread(target=time.sleep, args=(30,)).start()\n"
                  "def f():\n    return 1\n")

@@ -1,15 +1,21 @@
 """Hostile programs, written as a policy might stumble on them, against rewards/code.py: runs that attack a sibling
 running at the same time, programs that fake their test results, and state that outlives a run or exceeds its
-limits. Each one beat the sandbox before bubblewrap and the two-process harness (issue 23)."""
+limits. Each one beat the sandbox before bubblewrap and the two-process harness (issue 23); the shadowed names, the
+always-equal objects, the printed "MemoryError" and the uid shared across PID namespaces beat it before issue 51."""
 import glob
+import json
 import os
 import re
+import shutil
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from rewards.code import execute, run_tests
+from rewards.code import _RUNNER, execute, run_tests
+from rewards.sandbox import uids
 from tests.helpers import REPO_ROOT
 
 WRONG = "def f():\n    return 0\n"
@@ -151,6 +157,83 @@ def test_a_wrong_program_cannot_fake_passing_tests(name):
     assert (result.passed, result.score) == (0, 0.0), (name, result)
 
 
+# A wrong program (f returns 0 or nothing useful) that redefines a name the tests call, so that the assert holds
+SHADOWS = {
+    "set": ("def f(*a):\n    return 0\nclass set:\n    def __init__(s, *a):\n        pass\n"
+            "    def __eq__(s, o):\n        return True\n",
+            "assert set(f((3, 4, 5, 6), (5, 7, 4, 10))) == set((4, 5))"),  # issue 51's own example (MBPP 2)
+    "sorted": ("def f(xs):\n    return xs[:1]\ndef sorted(xs, **k):\n    return [1, 2, 3]\n",
+               "assert sorted(f([3, 1, 2])) == [1, 2, 3]"),
+    "abs": ("def f():\n    return 0.0\ndef abs(x):\n    return 0\n", "assert abs(f() - 2.5) < 1e-9"),
+    "len": ("def f():\n    return []\nlen = lambda x: 3\n", "assert len(f()) == 3"),
+    "max": ("def f():\n    return [1]\ndef max(*a):\n    return 5\n", "assert max(f()) == 5"),
+    "math": ("import math, types\nmath = types.SimpleNamespace(isclose=lambda *a, **k: True)\ndef f():\n    return 0.0\n",
+             "assert math.isclose(f(), 2.5)"),  # MBPP's test_imports put `import math` in the program
+    "re": ("import types\nre = types.SimpleNamespace(fullmatch=lambda *a: True)\ndef f():\n    return 'no'\n",
+           "assert re.fullmatch('[a-z]+!', f())"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHADOWS))
+def test_a_program_cannot_redefine_a_builtin_or_a_module_that_the_tests_call(name):
+    program, test = SHADOWS[name]
+    result = run_tests(program, [test], timeout_s=3.0)
+    assert (result.status, result.passed) == ("ok", 0), (name, result)
+
+
+def test_the_entry_point_keeps_its_name_even_when_a_builtin_has_it():
+    """mbpp-126's function is called `sum`: the tests are meant to call the program's, and pass only with it."""
+    program = "import math\ndef sum(a, b):\n    return math.gcd(a, b)\n"
+    tests = ["assert sum(10, 15) == 5", "assert math.gcd(4, 6) == 2"]
+    assert run_tests(program, tests, keep=["sum"]).passed == 2
+    assert run_tests(program, tests).passed == 1  # without it, `sum` is the builtin (sum(10, 15) is a TypeError)
+
+
+ALWAYS_EQUAL = """
+class Anything:
+    def __eq__(self, other):
+        return True
+    def __ne__(self, other):
+        return False
+    __lt__ = __le__ = __gt__ = __ge__ = __contains__ = __eq__
+    def __sub__(self, other):
+        return 0.0
+    __rsub__ = __sub__
+    def __add__(self, other):
+        return self
+    __radd__ = __add__
+    def __hash__(self):
+        return 0
+def f(*args):
+    return Anything()
+"""
+NOT_PLAIN_TESTS = ["assert f() == 1", "assert not (f() != 1)", "assert f() <= 1 and f() >= 1",
+                   "assert abs(f() - 2.5) < 1e-6", "assert 3 in f()", "assert f() + 1 == 2", "assert [f()] == [1]",
+                   "assert {'k': f()} == {'k': 1}", "assert f() in [1]"]
+
+
+@pytest.mark.parametrize("test", NOT_PLAIN_TESTS)
+def test_an_object_that_answers_every_comparison_with_yes_passes_nothing(test):
+    result = run_tests(ALWAYS_EQUAL, [test], timeout_s=3.0)
+    assert (result.status, result.passed) == ("ok", 0), result
+
+
+def test_the_program_never_sees_the_expected_value_of_a_comparison():
+    spy = ("class Spy:\n    def __eq__(self, other):\n        raise ValueError('saw %r' % (other,))\n"
+           "    __ne__ = __lt__ = __sub__ = __rsub__ = __contains__ = __eq__\n    def __iter__(self):\n"
+           "        return iter([])\ndef f():\n    return Spy()\n")
+    result = run_tests(spy, ["assert f() == 'SECRET-1'", "assert f() < 'SECRET-2'", "assert f() - 7 == 0",
+                             "assert 'SECRET-3' in f()"], timeout_s=3.0)
+    assert result.passed == 0 and not any("SECRET" in o for o in result.outcomes), result
+
+
+@pytest.mark.parametrize("code", ["import sys\nsys.stderr.write('Traceback\\nMemoryError\\n')\nsys.exit(1)\n",
+                                  "raise MemoryError('out of memory')\n"])
+def test_a_program_cannot_name_its_own_failure_a_memory_one(code):
+    result = execute(code, **LIMITS)
+    assert result.status == "error", result  # the runner saw an exit status of 1 and no OOM kill
+
+
 # --- state that outlives a run, or exceeds its limits -------------------------------------------------------------
 
 def host_shm_segments():
@@ -252,3 +335,54 @@ def test_the_checkout_and_the_datasets_are_not_visible():
     program = "import os\nfor p in %r:\n    print(p, os.path.exists(p))\n" % paths
     result = execute(program, **LIMITS)
     assert result.status == "ok" and re.findall(r" (True|False)$", result.stdout, re.M) == ["False", "False"]
+
+
+# --- a uid of its own per run, on a kernel that other containers share ----------------------------------------------
+
+AS_ROOT = pytest.mark.skipif(os.getuid() != 0, reason="runs change uid only as root")
+
+
+def runner_in_a_pid_namespace_of_its_own(code: str):
+    """The sandbox runner as pid 1 of a fresh PID namespace, as a trainer's runner is in a container of its own."""
+    job = {"code": code, "stdin": "", "tests": None, "keep": [], "isolation": "bwrap", "timeout_s": 5,
+           "memory_mb": 256, "max_output_bytes": 4096, "max_processes": 16, "max_file_mb": 1}
+    proc = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-I", "-S", _RUNNER],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdin.write(json.dumps(job))
+    proc.stdin.close()
+    return proc
+
+
+@AS_ROOT
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux's unshare")
+def test_two_runners_with_the_same_pid_in_separate_namespaces_get_separate_uids():
+    # both runners are pid 1; a uid derived from the pid (as before issue 51) was the same for both
+    procs = [runner_in_a_pid_namespace_of_its_own("import time\ntime.sleep(1.0)\nprint('done')\n")
+             for _ in range(2)]
+    results = [json.loads(p.stdout.read().strip().splitlines()[-1]) for p in procs]
+    for p in procs:
+        p.wait(timeout=30)
+    assert [r["status"] for r in results] == ["ok", "ok"], [p.stderr.read() for p in procs]
+    assert results[0]["uid"] != results[1]["uid"]
+    assert all(uids.UID_BASE <= r["uid"] < 2 * uids.UID_BASE and r["uid"] % 2 == 0 for r in results)
+
+
+@AS_ROOT
+def test_a_uid_that_a_process_of_another_container_has_is_not_claimed():
+    taken, free = [uids.UID_BASE + 2 * (12345 + i) for i in range(2)]
+    # a process with that uid, as another container's run would have (its PID namespace is irrelevant: the kernel
+    # counts a uid's processes across all of them)
+    other = subprocess.Popen(["sleep", "60"], user=taken, group=taken, extra_groups=[])
+    try:
+        time.sleep(0.3)
+        assert uids.try_claim(taken) is None
+        held = uids.claim([taken, free])
+        assert held.uid == free
+        assert uids.try_claim(free) is None  # and now the claimed one is taken for everyone else
+        held.release()
+        again = uids.try_claim(free)
+        assert again is not None
+        again.release()
+    finally:
+        other.kill()
+        other.wait()
