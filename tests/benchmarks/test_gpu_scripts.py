@@ -134,3 +134,52 @@ def test_without_vllm_here_the_availability_check_is_the_only_refusal(tmp_path, 
     with pytest.raises(SystemExit) as exc:
         parse_args(argv)
     assert str(exc.value) == f"train.py: error: {reason}"
+
+
+# --- scripts/gpu/dara_toolcall.sh: DARA's tool-calling experiment (issue #48 item 7), one arm per call ---
+TOOLCALL_ARMS = {"dara-asym": "dara", "gdpo": "gdpo", "grpo": "grpo", "dara-asym-think": "dara",
+                 "gdpo-think": "gdpo", "grpo-think": "grpo"}
+
+
+def toolcall_recipe(*args, **env):
+    return subprocess.run(["bash", "scripts/gpu/dara_toolcall.sh", *args], cwd=REPO_ROOT,
+                          env=dict(os.environ, DRY_RUN="1", **env), capture_output=True, text=True, timeout=30)
+
+
+@pytest.mark.parametrize("arm", TOOLCALL_ARMS)
+def test_dara_toolcall_recipe_passes_validation_for_every_arm(arm, monkeypatch):
+    """GDPO's released tool-calling batch (512 prompts x 4 responses, mini-batches of 128) on the pre-registered
+    rewards; vLLM's availability assumed as for the other launchers."""
+    monkeypatch.chdir(REPO_ROOT)
+    monkeypatch.setattr(rl.rollout.vllm.backend, "vllm_unavailable_reason", lambda: None)
+    proc = toolcall_recipe(arm, "qwen2.5-1.5b", SEED="2")
+    assert proc.returncode == 0, proc.stderr
+    launcher, argv = train_argv(proc.stdout)
+    monkeypatch.setenv("WORLD_SIZE", "8")  # as the deepspeed launcher sets it for each rank: mini-batches span ranks
+    args = parse_args(argv)
+    assert launcher[:2] == ["--num_gpus", "8"] and args.algo == TOOLCALL_ARMS[arm] and args.seed == 2
+    rewards = ["tool_format", "tool_correct"] + (["think_length"] if arm.endswith("-think") else [])
+    assert args.reward_funcs == rewards and args.env == "toolcall" and not args.toolcall_example
+    assert (args.per_device_generation_batch_size * 8, args.num_generations, args.ppo_mini_batch_size) == (512, 4, 128)
+    assert args.model_name_or_path == "Qwen/Qwen2.5-1.5B-Instruct" and args.actor_learning_rate == 1e-6
+    assert args.max_prompt_seq_len == 4096 and args.max_answer_seq_len == 1024 and args.beta == 0
+    assert not args.filter_groups and args.output_dir == f"output/dara_toolcall/{arm}_qwen2.5-1.5b_seed2"
+    if arm.startswith("dara"):
+        assert (args.dara_variant, args.dara_w_max) == ("asym", 5.0)
+
+
+def test_dara_toolcall_recipe_on_one_gpu_with_the_summed_reward_filter(monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    proc = toolcall_recipe("gdpo", "qwen2.5-1.5b", NUM_GPUS="1", OFFLOAD="1", FILTER="1", ROLLOUT_BACKEND="hf")
+    launcher, argv = train_argv(proc.stdout)
+    args = parse_args(argv)  # nothing replaced: hf rollouts need nothing this machine lacks
+    assert launcher[:2] == ["--num_gpus", "1"] and args.per_device_generation_batch_size == 512 and args.offload
+    assert args.filter_groups and args.filter_groups_metric == "reward_sum"
+
+
+@pytest.mark.parametrize("args,env,fragment", [(("ppo", "qwen2.5-1.5b"), {}, "unknown ARM 'ppo'"),
+                                               (("gdpo", "llama-70b"), {}, "unknown MODEL 'llama-70b'"),
+                                               (("gdpo", "qwen2.5-1.5b"), {"NUM_GPUS": "3"}, "not a multiple")])
+def test_dara_toolcall_recipe_refuses_bad_arguments(args, env, fragment):
+    proc = toolcall_recipe(*args, **env)
+    assert proc.returncode == 2 and fragment in proc.stderr and proc.stdout == ""
