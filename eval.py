@@ -155,7 +155,8 @@ def validate_vllm(args, bad):
 def eval_rows(args) -> list:
     if args.data_path:
         try:
-            rows = load_rows(args.data_path, args.env_cls.data_keys(args.prompt_key, args.answer_key), args.data_split)
+            rows = load_rows(args.data_path, args.env_cls.data_keys(args.prompt_key, args.answer_key), args.data_split,
+                             check=args.env_cls.check_row)
         except DataError as exc:
             raise SystemExit(f"eval.py: error: bad eval data: {exc}") from None
     else:

@@ -86,6 +86,13 @@ class Env:
         a non-empty prompt). An env that reads other fields returns those; () checks nothing."""
         return (prompt_key, answer_key)
 
+    @classmethod
+    def check_row(cls, location: str, row: dict) -> dict:
+        """A --data_path row, checked beyond its keys when the data is loaded: the row (or one to use in its place),
+        or ValueError saying what is wrong, which the loader reports at `location` (file and line). As is here; the
+        code env checks that a row reads as a task of a layout it knows."""
+        return row
+
     def episode_record(self) -> dict:
         """What eval.py keeps of a finished episode besides its turn scores ({} for most envs; AppWorld: the task
         id, its difficulty and the checks passed)."""

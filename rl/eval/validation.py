@@ -107,7 +107,7 @@ def eval_rows(settings: ValidationSettings, eval_settings) -> list:
     from rl.rollout.data import DataError, load_rows
     try:
         rows = load_rows(settings.data_path, env_cls.data_keys(eval_settings.prompt_key, eval_settings.answer_key),
-                         settings.data_split)
+                         settings.data_split, check=env_cls.check_row)
     except DataError as exc:
         raise SystemExit(f"train.py: error: bad --eval_data_path data: {exc}") from None
     return rows[:settings.limit]

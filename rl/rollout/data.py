@@ -28,8 +28,10 @@ def check_row(location: str, row, required_keys: tuple) -> dict:
     return row
 
 
-def load_rows(data_path: str, required_keys: tuple, split: str = "train", skip_bad_rows: bool = False) -> list:
-    """Rows of --data_path (one path or a comma list, mixed in the order given), each checked by `check_row`.
+def load_rows(data_path: str, required_keys: tuple, split: str = "train", skip_bad_rows: bool = False,
+              check=None) -> list:
+    """Rows of --data_path (one path or a comma list, mixed in the order given), each checked by `check_row` and
+    then by `check(location, row)` (an env's Env.check_row: the row to use, or ValueError).
 
     Raises DataError naming the file, the line (JSONL) or row (other formats) and the key at the first bad row, or
     with skip_bad_rows drops bad rows and logs how many (and the first few reasons).
@@ -40,7 +42,16 @@ def load_rows(data_path: str, required_keys: tuple, split: str = "train", skip_b
             try:
                 if error is not None:
                     raise DataError(f"{location}: {error}")
-                rows.append(check_row(location, row, required_keys))
+                row = check_row(location, row, required_keys)
+                if check is not None:
+                    try:
+                        row = check(location, row)
+                    except DataError:
+                        raise
+                    except ValueError as exc:  # the env's message names the field; the location is added here
+                        message = str(exc)
+                        raise DataError(message if message.startswith(location) else f"{location}: {message}")
+                rows.append(row)
             except DataError as exc:
                 if not skip_bad_rows:
                     raise
@@ -83,7 +94,7 @@ def training_rows(settings: DataSettings) -> list:
     env_cls = env_class(settings.env)
     if settings.data_path is not None:
         return load_rows(settings.data_path, env_cls.data_keys(settings.prompt_key, settings.answer_key),
-                         settings.data_split, settings.skip_bad_rows)
+                         settings.data_split, settings.skip_bad_rows, check=env_cls.check_row)
     rows = env_cls.dataset("train", settings.num_train_samples, settings.seed, **settings.env_settings)
     if rows is None:
         raise DataError(f"--env {settings.env} generates no data of its own: pass --data_path")
