@@ -3,9 +3,11 @@ import logging
 import sys
 
 from rl.config import parse_args
+from rl.run.launch_ranks import stop_with_launcher
 
 
 def main(argv=None):
+    stop_with_launcher()  # a rank whose deepspeed launch process is killed stops (after saving) instead of training on
     args = parse_args(argv)  # bad flags are refused here, before any model is loaded
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # heavy imports (torch, deepspeed) only once the flags are known to be good

@@ -12,6 +12,11 @@ has exited. A second Ctrl-C kills the whole launch without saving.
 A busy `--master_port` otherwise costs a 37 s rendezvous timeout and a 30-line `DistNetworkError`: a given port
 is checked first and refused with a clear message; without one a free port is picked.
 
+A lost rank is not a success. When DeepSpeed's per-node launch process dies of a signal (SIGKILL, the OOM killer),
+`deepspeed` exits 0 (its runner passes on only positive exit codes) while the orphaned ranks train on. Here the ranks
+are watched while they run and this process adopts orphans (a child subreaper); a rank still running when the
+launcher has exited is named, stopped as a Ctrl-C stops it (it finishes its step and saves) and the exit code is 1.
+
 Single node only for the signal forwarding (remote ranks under pdsh are signalled by DeepSpeed's own handler, so a
 `--hostfile` launch gets the signal forwarded to the launcher instead).
 """
@@ -24,9 +29,12 @@ import sys
 
 import psutil
 
-from rl.run.launch_ranks import deepspeed_ranks
+from rl.run.launch_ranks import RankWatch, become_subreaper, deepspeed_ranks
 
 DEFAULT_PORT = 29500  # DeepSpeed's own default, kept when it is free so that nothing changes for a quiet machine
+POLL_S = 0.5          # how often the ranks are looked up while the launcher runs (a rank lives for minutes at least)
+ORPHAN_STOP_S = 900   # an orphaned rank's time to finish its step and save before it is killed
+LOST_RANK_EXIT = 1
 
 
 def port_is_free(port: int) -> bool:
@@ -66,6 +74,7 @@ class Forwarder:
 
     def __init__(self, launcher: subprocess.Popen, multi_node: bool):
         self.launcher, self.multi_node, self.signals, self.first_signal = launcher, multi_node, 0, 0
+        self.ranks = lambda: deepspeed_ranks(launcher.pid)  # the orphans instead, once the launcher is gone
 
     def __call__(self, signum, frame):
         self.signals += 1
@@ -73,12 +82,12 @@ class Forwarder:
         name = signal.Signals(signum).name
         if self.signals > 1:
             print(f"\nlaunch.py: second {name}: killing the run without saving", file=sys.stderr, flush=True)
-            os.killpg(self.launcher.pid, signal.SIGKILL)
+            os.killpg(self.launcher.pid, signal.SIGKILL)  # orphaned ranks too: they keep the launcher's group
             return
         if self.multi_node:
             self.launcher.send_signal(signum)
             return
-        ranks = deepspeed_ranks(self.launcher.pid)
+        ranks = self.ranks()
         print(f"\nlaunch.py: {name}: asking {len(ranks)} rank(s) to finish the step and save "
               f"(again to kill without saving)", file=sys.stderr, flush=True)
         for proc in ranks:
@@ -88,6 +97,37 @@ class Forwarder:
                 pass
 
 
+def stop_orphans(orphans: list, rc: int) -> int:
+    """Name the ranks (process, "rank N") that outlived the launcher, stop them gracefully (SIGTERM: finish the
+    step, save; killed past ORPHAN_STOP_S), say how each ended, and return a failing exit code. train.py's ranks
+    got the same SIGTERM from the kernel already (rl/run/launch_ranks.py's stop_with_launcher); a second one is
+    harmless, and this also stops ranks of scripts that do not arm it."""
+    names = ", ".join(f"{name} (pid {proc.pid})" for proc, name in orphans)
+    said = f"was killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited {rc}"
+    print(f"launch.py: error: DeepSpeed's launch process ended while {names} kept running: a lost launch, not a "
+          f"finished run (`deepspeed` {said}; its runner passes on only positive exit codes, and a launch process "
+          f"killed by a signal has a negative one). Stopping the orphaned rank(s) with SIGTERM: each finishes its "
+          f"step and saves (Ctrl-C kills them without saving)", file=sys.stderr, flush=True)
+    for proc, _ in orphans:
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs([proc for proc, _ in orphans], timeout=ORPHAN_STOP_S)
+    for proc in alive:
+        print(f"launch.py: pid {proc.pid} did not stop within {ORPHAN_STOP_S} s of SIGTERM: killing it",
+              file=sys.stderr, flush=True)
+        proc.kill()
+    psutil.wait_procs(alive, timeout=30)
+    for proc, name in orphans:  # adopted (become_subreaper), so each one's exit status is ours to read
+        code = getattr(proc, "returncode", None)
+        ended = "ended" if code is None else f"exited with status {code}" if code >= 0 else \
+            f"was ended by {signal.Signals(-code).name}"
+        print(f"launch.py: {name} (pid {proc.pid}) {ended}; the run is not finished: continue it with the same "
+              f"--output_dir", file=sys.stderr, flush=True)
+    return rc if rc > 0 else 128 - rc if rc < 0 else LOST_RANK_EXIT
+
+
 def main(argv: list) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
@@ -95,11 +135,25 @@ def main(argv: list) -> int:
     deepspeed = shutil.which("deepspeed") or os.path.join(os.path.dirname(sys.executable), "deepspeed")
     argv = with_master_port(argv)
     multi_node = any(a == "--hostfile" or a.startswith("--hostfile=") for a in argv)
+    become_subreaper()  # a rank orphaned by its launch process is re-parented here, not to PID 1
     launcher = subprocess.Popen([deepspeed, *argv], start_new_session=True)
     forward = Forwarder(launcher, multi_node)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, forward)
-    rc = launcher.wait()  # wait() resumes by itself after each handled signal (PEP 475)
+    watch = RankWatch(launcher.pid)
+    while True:
+        try:
+            rc = launcher.wait(timeout=POLL_S)  # resumes by itself after each handled signal (PEP 475)
+            break
+        except subprocess.TimeoutExpired:
+            watch.poll()
+    orphans = watch.still_running()
+    if orphans:
+        forward.ranks = lambda: [proc for proc, _ in orphans]
+        forward.signals = max(forward.signals, 1)  # they are being stopped: the next Ctrl-C kills
+        return stop_orphans(orphans, rc)
+    if rc < 0:  # the runner itself died of a signal: say so as a shell does, never as a negative status
+        return 128 - rc
     if forward.signals and rc == 0:
         # The ranks saved and exited cleanly, but the run was interrupted: say so to the calling shell (128 + signal,
         # as a shell does) so that a script stops here instead of going on to its next command.
