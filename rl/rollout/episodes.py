@@ -2,9 +2,12 @@
 trajectory is done or has had --max_turns turns. Single-turn tasks are the case max_turns = 1.
 
 Token layout of a trajectory (what the trainer sees): [prompt | model turn 1 | feedback 1 | model turn 2 | ...].
-The model's tokens are kept exactly as sampled (the log-probs are of those tokens); the feedback tokens are the
-chat template's rendering of the env's messages that follows them. Convention, tested in
-tests/rollout/test_episodes.py: decoding the whole sequence gives the chat-template text of the whole conversation.
+Token-in, token-out: the model's tokens are kept exactly as sampled (the log-probs are of those tokens), and turn
+k + 1's context is turn k's context, its sampled tokens, and the chat template's tokens for the env's new messages
+(rl.rollout.tokens.next_turn_tokens); the history is never re-rendered, so what the model saw at every turn is the
+sequence the trainer scores, whatever the template does to past turns (Qwen3 drops their reasoning). On a template that
+re-renders as a prefix (SmolLM2's) the decoded sequence is the chat-template text of the whole conversation (tested in
+tests/rollout/test_episodes.py; other templates in tests/rollout/test_chat_template_conformance.py).
 """
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -15,22 +18,8 @@ import torch
 from rl.engine import dist
 from rl.rollout.env_contract import ContractCheckedStep, check_reset, numeric_step_values
 from rl.rollout.sampling_signals import layout_signals
-from rl.rollout.tokens import encode_prompts
+from rl.rollout.tokens import encode_prompts, next_turn_tokens
 from rl.types import Rollout
-
-
-class TemplateMismatch(ValueError):
-    """The chat template re-renders earlier turns differently, so turns cannot be appended token by token."""
-
-
-def _feedback(tokenizer, messages: list, rendered_so_far: str):
-    """(token ids of the template text that follows `rendered_so_far`, the new rendered text)."""
-    full = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    if not full.startswith(rendered_so_far):
-        raise TemplateMismatch(
-            "the chat template does not render a conversation as an extension of its earlier turns (e.g. it drops "
-            "past reasoning); multi-turn rollouts need a prefix-stable template")
-    return tokenizer(full[len(rendered_so_far):], add_special_tokens=False)["input_ids"], full
 
 
 def any_live(sampler, live: list) -> bool:
@@ -84,8 +73,6 @@ def run_episodes(sampler, tokenizer, envs: list, samples: list, group_ids: torch
     segments = [[] for _ in range(n)]                 # (token list, turn index or -1 for feedback)
     sampler_logps = [[] for _ in range(n)]            # per segment: the sampler's log-probs (vLLM), else None
     turn_signals = [[] for _ in range(n)]             # per segment: rl.rollout.sampling_signals.TurnSignals, else None
-    # The template text of each trajectory so far: feedback tokens are the template's continuation of it.
-    rendered = [tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in conversations]
     eos_text = {t: tokenizer.decode([t]) for t in eos}
     turn_scores = torch.full((n, max_turns), float("nan"))
     completions = [""] * n
@@ -112,12 +99,12 @@ def run_episodes(sampler, tokenizer, envs: list, samples: list, group_ids: torch
             completions[i] = text
             turn_scores[i, turn] = result.score
             env_values[i].append(numeric_step_values(result))
-            conversations[i] = conversations[i] + [{"role": "assistant", "content": text}]
+            history = conversations[i]
+            conversations[i] = history + [{"role": "assistant", "content": text}]
             if result.done or turn == max_turns - 1:
                 continue
             conversations[i] = conversations[i] + list(result.observation)
-            rendered[i] += text + (eos_text[tokens[-1]] if tokens and tokens[-1] in eos_text else "")
-            feedback, rendered[i] = _feedback(tokenizer, conversations[i], rendered[i])
+            feedback = next_turn_tokens(tokenizer, history, result.observation, tokens, eos_text, turn)
             segments[i].append((feedback, -1))
             sampler_logps[i].append(None)
             turn_signals[i].append(None)
