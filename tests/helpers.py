@@ -13,12 +13,15 @@ from benchmarks.ports import free_port  # noqa: F401 - the tests take it from he
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The flags of the session's one 2-rank ZeRO-3 run (tests/conftest.py's zero3_two_rank_run, read by
 # test_train_deepspeed, test_fault_tolerance and test_validation): the tiny Llama on DigitFractionEnv, 8 rows read 2
-# ranks x 2 prompts a step (step 2 ends an epoch), 4 steps, a frozen reference for the KL. A test that needs this run
-# with one more flag launches that and compares it against the shared run.
+# ranks x 2 prompts a step (step 2 ends an epoch), 4 steps, a reference for the KL that moves halfway to the policy
+# after step 2 (--sync_ref_model: test_fault_tolerance's stop and resume at step 2 then checks that the checkpoint
+# carries the mixed reference). A test that needs this run with one more flag launches that and compares it against
+# the shared run.
 ZERO3_TWO_RANK_RUN = ["--env", "tests.fixture_envs:DigitFractionEnv", "--num_generations", "4",
                       "--per_device_generation_batch_size", "2", "--max_answer_seq_len", "12", "--temperature", "1.0",
                       "--actor_learning_rate", "1e-2", "--num_train_samples", "8", "--max_steps", "4",
-                      "--actor_zero_stage", "3", "--beta", "0.05"]
+                      "--actor_zero_stage", "3", "--beta", "0.05", "--sync_ref_model", "--ref_model_sync_steps", "2",
+                      "--ref_model_mixup_alpha", "0.5"]
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
                  "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 

@@ -38,6 +38,17 @@ MAESTRO_REWARDS = ("fmt", "ppl", "ent", "len", "pref", "correctness")
 MAESTRO_WEIGHTS = ("conductor", "equal", "random", "random_action")
 META_REWARDS = ("advantage", "centred")
 PAPER = RECIPES["paper"]
+# --maestro_recipe paper also sets the training settings of the paper's Table 7 that credo has a flag for (each only
+# where the flag is not given). Sources: the KL 0.1, put into the reward, as docs/maestro.md records Table 7; the
+# other three as issue #50 records Table 7 ("sequence-level importance sampling and a top-entropy-quantile token mask
+# (0.2), with reference-model sync"), not checked here against the paper's text (not in the repo). Sequence-level
+# importance sampling is read as TRL's importance_sampling_level="sequence", which is GSPO's ratio (--loss_mode gspo),
+# not a vLLM rollout correction.
+TABLE7_TRAINING = {"maestro_kl_in_reward": 0.1, "loss_mode": "gspo", "top_entropy_quantile": 0.2,
+                   "sync_ref_model": True}
+# What the recipe cannot set, because the repo does not record the value: the sync's alpha and interval (TRL's
+# defaults 0.6 / 512 then apply), GSPO's clip range (credo's 0.2 applies; GSPO's own recipe uses 3e-4 / 4e-4), and
+# the policy's optimiser, batch, group size and lengths.
 _PREF_SKIP_WARNED = []  # once per process: compare.py --plan validates every run's flags, which repeated the line 9x
 
 
@@ -110,11 +121,17 @@ class Maestro(Method):
         g.add_argument("--maestro_emphasis", type=float, default=0.5,
                        help="eta in w(a) = (1 - eta) / K + eta * onehot(a): credo's reading, not in the paper's text, "
                             "which says only that an action induces a weight configuration; 1.0 = pure emphasis")
-        g.add_argument("--maestro_recipe", choices=tuple(RECIPES), default="paper",
-                       help=f"Conductor optimisation preset. paper: raw h, lr {PAPER['lr']:g}, an update every "
-                            f"{PAPER['update_interval']} steps (the paper's values; for GPU-length runs: in a 40-step run "
-                            "the Conductor barely moves). small: credo's deviation for short CPU runs: unit-norm h, "
-                            f"lr {RECIPES['small']['lr']:g}, an update every step. The three flags below override it")
+        g.add_argument("--maestro_recipe", choices=tuple(RECIPES), default=None,
+                       help=f"Conductor optimisation preset. Unset: the paper's Conductor (raw h, lr {PAPER['lr']:g}, "
+                            f"an update every {PAPER['update_interval']} steps; for GPU-length runs: in a 40-step run the "
+                            "Conductor barely moves) with credo's update defaults. paper: that Conductor and the "
+                            "training settings of the paper's Table 7 that credo has: --maestro_kl_in_reward 0.1, "
+                            "--loss_mode gspo (its sequence-level importance sampling), --top_entropy_quantile 0.2, "
+                            "--sync_ref_model (the last three from a second-hand record of Table 7, unchecked against "
+                            "the paper's text: docs/maestro.md); it cannot set the sync's alpha and interval (TRL's defaults 0.6 / 512), "
+                            "GSPO's clip range, the optimiser, batch or lengths, which the repo does not record. "
+                            "small: credo's deviation for short CPU runs: unit-norm h, "
+                            f"lr {RECIPES['small']['lr']:g}, an update every step. Every flag given explicitly wins")
         g.add_argument("--maestro_hidden_norm", choices=HIDDEN_NORMS, default=None,
                        help="Conductor input: none = the raw final hidden state (paper); l2 = scaled to unit norm; "
                             "unset (None) = --maestro_recipe's")
@@ -125,11 +142,12 @@ class Maestro(Method):
                        help=f"Conductor AdamW learning rate; unset (None) = --maestro_recipe's (paper: {PAPER['lr']:g})")
         g.add_argument("--maestro_entropy_coef", type=float, default=1e-3, help="Conductor entropy bonus (paper: 1e-3)")
         g.add_argument("--maestro_tau_init", type=float, default=1.0, help="initial (learned) Conductor temperature")
-        g.add_argument("--maestro_kl_in_reward", type=float, default=0.0,
+        g.add_argument("--maestro_kl_in_reward", type=float, default=None,
                        help="beta_r: each response's reward becomes w . r - beta_r * KL(policy || reference) on it "
                             "(--kl_type estimator, mean over its tokens), so the advantage the Conductor learns from "
-                            "includes it (the paper: 0.1, its Table 7). 0 = off, credo's default: the KL stays in the loss "
-                            "(--beta) as in GRPO. > 0 loads the frozen reference even with --beta 0")
+                            "includes it (the paper: 0.1, its Table 7; set by --maestro_recipe paper). 0 = off, "
+                            "credo's default: the KL stays in the loss (--beta) as in GRPO. > 0 loads the frozen "
+                            "reference even with --beta 0")
 
     @classmethod
     def reward_names(cls, args) -> list:
@@ -296,8 +314,15 @@ class Maestro(Method):
 
 
 def resolve_recipe(args):
-    """Fill the Conductor flags left unset from --maestro_recipe (explicit flags win)."""
-    recipe = RECIPES[args.maestro_recipe]
+    """Fill the flags left unset from --maestro_recipe (explicit flags win): the Conductor's (unset recipe: the
+    paper's), and under `paper` with --algo maestro Table 7's training settings (TABLE7_TRAINING)."""
+    recipe = RECIPES[args.maestro_recipe or "paper"]
     for key in ("hidden_norm", "lr", "update_interval"):
         if getattr(args, f"maestro_{key}") is None:
             setattr(args, f"maestro_{key}", recipe[key])
+    if args.maestro_recipe == "paper" and args.algo == "maestro":
+        for flag, value in TABLE7_TRAINING.items():
+            if getattr(args, flag) is None:
+                setattr(args, flag, value)
+    if args.maestro_kl_in_reward is None:
+        args.maestro_kl_in_reward = 0.0

@@ -243,8 +243,9 @@ def add_update_flags(p):
                         "(train/rows_skipped_frac); actor/entropy and clipfrac are then over the trained responses. "
                         "Never with --beta > 0, whose KL term they do carry. credo's reading: verl and TRL train on "
                         "every row")
-    g.add_argument("--loss_mode", choices=LOSS_MODES, default="vanilla",
-                   help="the policy loss, verl's actor.policy_loss.loss_mode (rl/update/loss.py; docs/training.md): "
+    g.add_argument("--loss_mode", choices=LOSS_MODES, default=None,
+                   help="the policy loss, verl's actor.policy_loss.loss_mode (rl/update/loss.py; docs/loss.md), "
+                        "default vanilla (gspo under MAESTRO's --maestro_recipe paper): "
                         "vanilla = PPO clip with dual clip (TRL loss_type grpo/bnpo/dr_grpo/dapo); gspo = GSPO's "
                         "length-normalised sequence ratio, clipped (arXiv 2507.18071; TRL importance_sampling_level="
                         "sequence; GSPO's reported clip range 3e-4/4e-4, as verl's recipe sets it); cispo = MiniMax-M1's clipped, stop-gradient IS "
@@ -267,8 +268,9 @@ def add_update_flags(p):
     g.add_argument("--loss_agg_mode", choices=LOSS_AGG_MODES, default=None,
                    help="verl loss aggregation (default: token-mean; seq-mean-token-mean under --loss_mode gspo or "
                         "sapo, as verl forces for both)")
-    g.add_argument("--top_entropy_quantile", type=float, default=1.0,
-                   help="only the highest-entropy q of each optimizer step's response tokens (all ranks) carry the "
+    g.add_argument("--top_entropy_quantile", type=float, default=None,
+                   help="default 1 (0.2 under MAESTRO's --maestro_recipe paper): "
+                        "only the highest-entropy q of each optimizer step's response tokens (all ranks) carry the "
                         "policy gradient; the KL term and the denominators keep every token (TRL's "
                         "top_entropy_quantile, the rho of arXiv 2506.01939, whose recommended value is 0.2; "
                         "rl/update/top_entropy.py). 1 keeps every token, 0 only the highest")
@@ -309,6 +311,9 @@ def validate_update(args, bad):
                  f"the {rows} responses per rank of each of the {steps} mini-batches (--ppo_mini_batch_size)")
         bad(f"--per_device_train_micro_batch_size {micro} must divide {where}")
     args.per_device_train_micro_batch_size = micro
+    # unset: the default, unless a recipe (MAESTRO's --maestro_recipe paper) set it before
+    args.loss_mode = args.loss_mode or "vanilla"
+    args.top_entropy_quantile = 1.0 if args.top_entropy_quantile is None else args.top_entropy_quantile
     if args.loss_agg_mode is None:
         args.loss_agg_mode = DEFAULT_LOSS_AGG[args.loss_mode]
     if args.clip_ratio_c <= 1:

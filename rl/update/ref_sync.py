@@ -16,6 +16,7 @@ neither, --sync_ref_model is refused, as TRL refuses it under beta = 0. LoRA is 
 actor with its adapters off, or a copy without adapters: no parameters to mix one to one), as TRL refuses PEFT.
 The mixed reference is part of the run's state: a checkpoint carries it (state_dict) and a resume restores it.
 """
+import argparse
 import contextlib
 from dataclasses import dataclass
 
@@ -113,8 +114,8 @@ class ReferenceSync:
 
 def add_ref_sync_flags(p):
     g = p.add_argument_group("update: reference-model sync (TR-DPO's soft update, TRL's names)")
-    g.add_argument("--sync_ref_model", action="store_true",
-                   help="every --ref_model_sync_steps steps, reference <- alpha x policy + (1 - alpha) x reference "
+    g.add_argument("--sync_ref_model", action=argparse.BooleanOptionalAction, default=None,
+                   help="default off (on under MAESTRO's --maestro_recipe paper): every --ref_model_sync_steps steps, reference <- alpha x policy + (1 - alpha) x reference "
                         "(TRL's sync_ref_model, from TR-DPO, arXiv 2404.09656). Needs a reference: --beta > 0 (or "
                         "MAESTRO's --maestro_kl_in_reward); refused under --beta 0 and with --lora_r, as TRL refuses both")
     g.add_argument("--ref_model_mixup_alpha", type=float, default=0.6,
@@ -126,6 +127,7 @@ def add_ref_sync_flags(p):
 
 
 def validate_ref_sync(args, bad) -> None:
+    args.sync_ref_model = bool(args.sync_ref_model)  # unset: off, unless a recipe (MAESTRO's paper) set it before
     if not 0 <= args.ref_model_mixup_alpha <= 1:
         bad(f"--ref_model_mixup_alpha must be in [0, 1], got {args.ref_model_mixup_alpha}")
     if args.ref_model_sync_steps < 1:

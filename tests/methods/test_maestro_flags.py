@@ -76,3 +76,24 @@ def test_maestro_scale_flags_default_as_documented_refuse_other_values_and_label
     assert "invalid choice" in refused(tiny_model_dir, capsys, "--algo", "maestro", "--env", "mixed", f"--{flag}", bad)
     helps = {a.dest: a.help for a in build_parser()._actions}
     assert label in helps[flag] and "paper" in helps[flag]
+
+
+def test_the_paper_recipe_sets_table_7s_training_settings_and_explicit_flags_win(tiny_model_dir):
+    """--maestro_recipe paper: the KL 0.1 in the reward (docs/maestro.md's Table 7), GSPO's sequence-level ratio, the
+    top-entropy mask 0.2 and the reference sync (issue #50's record of Table 7); unset, none of them."""
+    paper = parse(tiny_model_dir, "--algo", "maestro", "--env", "mixed", "--maestro_recipe", "paper")
+    assert (paper.maestro_kl_in_reward, paper.loss_mode, paper.top_entropy_quantile, paper.sync_ref_model) == (
+        0.1, "gspo", 0.2, True)
+    assert paper.loss_agg_mode == "seq-mean-token-mean"  # GSPO's own aggregation follows the mode
+    assert (paper.maestro_hidden_norm, paper.maestro_lr, paper.maestro_update_interval) == ("none", 5e-5, 3)
+    unset = parse(tiny_model_dir, "--algo", "maestro", "--env", "mixed")
+    assert (unset.maestro_kl_in_reward, unset.loss_mode, unset.top_entropy_quantile, unset.sync_ref_model) == (
+        0.0, "vanilla", 1.0, False)
+    own = parse(tiny_model_dir, "--algo", "maestro", "--env", "mixed", "--maestro_recipe", "paper", "--loss_mode",
+                "vanilla", "--top_entropy_quantile", "1", "--no-sync_ref_model", "--maestro_kl_in_reward", "0")
+    assert (own.maestro_kl_in_reward, own.loss_mode, own.top_entropy_quantile, own.sync_ref_model) == (
+        0.0, "vanilla", 1.0, False)
+    grpo = parse(tiny_model_dir, "--algo", "grpo", "--maestro_recipe", "paper")  # MAESTRO's recipe, not GRPO's
+    assert (grpo.loss_mode, grpo.sync_ref_model) == ("vanilla", False)
+    helps = {a.dest: a.help for a in build_parser()._actions}
+    assert "cannot set" in helps["maestro_recipe"] and "unchecked" in helps["maestro_recipe"]

@@ -53,7 +53,8 @@ def test_metrics_are_logged_every_step_with_the_promised_names(zero3_two_rank_ru
                 "throughput/tokens_per_s"):
         assert key in rows[-1], key
         assert isinstance(rows[-1][key], float) and math.isfinite(rows[-1][key]), key
-    assert rows[-1]["actor/kl"] > 0  # the reference stayed frozen while the actor moved
+    assert rows[-1]["actor/kl"] > 0  # the actor moved on after the reference's sync at step 2
+    assert [r["ref/synced"] for r in rows] == [0.0, 1.0, 0.0, 1.0]  # --ref_model_sync_steps 2
     assert "step 4 |" in proc.stdout
     assert any(name.startswith("events.out.tfevents") for name in os.listdir(os.path.join(out, "tensorboard")))
 
