@@ -87,11 +87,8 @@ credo_configure() {
       # Verify-and-refine on math: up to 3 attempts, TCPO's defaults (gamma 0.9, 5 counterfactual turns per rank).
       method_args=(--algo tcpo --max_turns 3 --tcpo_gamma 0.9 --tcpo_cf_budget 5 --tcpo_cf_samples 4
                    --beta 0.0 --clip_ratio_high 0.28)
-      if [ "$model" = qwen3-4b ]; then
-        # Qwen3's chat template drops earlier turns' <think> blocks; rl/rollout/episodes.py refuses such templates for
-        # multi-turn episodes (TemplateMismatch). Said here so that the failure is not a surprise.
-        echo "note: tcpo with Qwen3-4B needs a prefix-stable chat template (Qwen3's drops past reasoning)" >&2
-      fi
+      # Qwen3-4B (TCPO's model) runs multi-turn: episodes are token-in, token-out, so its template dropping earlier
+      # turns' <think> blocks on a re-render does not stop it (docs/multi-turn.md).
       ;;
     maestro)
       # MAESTRO: the Conductor picks each response's emphasis between the verifier (correctness) and the boxed
