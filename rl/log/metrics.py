@@ -63,11 +63,23 @@ class MetricsLogger:
                 parts.append(f"{label} {value:.4g}")
         for prefix, label in CONSOLE_PREFIXES:
             parts += [f"{label}_{k[len(prefix):]} {_plain(v):.3g}" for k, v in metrics.items() if k.startswith(prefix)]
+        parts += reward_failures(metrics)
         return " | ".join(parts)
 
     def close(self):
         for logger in self.loggers:
             logger.close()
+
+
+def reward_failures(metrics: dict) -> list:
+    """The step's reward calls retried after a failure outside the response, and those scored 0 by a failure, over
+    every reward (rl/scoring.py's reward/<name>/...): shown only when there are any, so that a dying reward worker or
+    a flaky judge is seen on the console, not only in metrics.jsonl."""
+    def total(suffix):
+        return sum(_plain(v) or 0 for k, v in metrics.items() if k.startswith("reward/") and k.endswith(suffix))
+    retried, recovered, failed = total("/retried"), total("/recovered"), total("/errors")
+    parts = [f"reward_retried {retried:g} (recovered {recovered:g})"] if retried else []
+    return parts + ([f"reward_failed {failed:g}"] if failed else [])
 
 
 def _plain(v):

@@ -108,3 +108,13 @@ def test_console_line_shows_turn_conductor_and_dara_metrics_and_says_len_sums_th
     assert "conductor_H 1.2" in line and "w_correctness 1.7" in line and "w_length 1" in line
     single = MetricsLogger("unused", enabled=False).console_line(1, {"response_length/mean": 12.0})
     assert "len 12" in single and "all turns" not in single
+
+
+def test_console_line_counts_retried_and_failed_reward_calls_only_when_there_are_some():
+    logger = MetricsLogger("unused", enabled=False)
+    line = logger.console_line(2, {"reward/judge/retried": 3, "reward/judge/recovered": 2, "reward/judge/errors": 1,
+                                   "reward/correctness/retried": 1, "reward/correctness/recovered": 1,
+                                   "reward/correctness/errors": 0})
+    assert "reward_retried 4 (recovered 3)" in line and "reward_failed 1" in line
+    quiet = logger.console_line(2, {"reward/judge/retried": 0, "reward/judge/recovered": 0, "reward/judge/errors": 0})
+    assert "reward_retried" not in quiet and "reward_failed" not in quiet
