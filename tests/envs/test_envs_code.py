@@ -5,7 +5,11 @@ import pytest
 
 from envs import make_env
 from envs.code_env import extract_code
+from tests.eval.test_eval_cli import eval_in_process
 from tests.helpers import REPO_ROOT
+
+LCB_FILE = os.path.join(REPO_ROOT, "tests", "data", "lcb_style.jsonl")  # written for the tests (test_code_tasks.py)
+LCB_FLAGS = ["--prompt_key", "question_content", "--answer_key", "public_test_cases"]
 
 
 def mbpp_row(task_id=2):
@@ -43,17 +47,35 @@ def test_humaneval_rows_are_checked_with_their_entry_point():
     assert env.step("```python\ndef has_close_elements(numbers, threshold):\n    return False\n```").score == 0.0
 
 
+def test_eval_py_reads_livecodebench_rows_and_names_a_bad_one(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "eval"
+    proc = eval_in_process(["--model_name_or_path", tiny_model_dir, "--env", "code", "--data_path", LCB_FILE,
+                            *LCB_FLAGS, "--limit", "5", "--max_new_tokens", "4", "--output_dir", str(out)], capsys)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((out / "results.json").read_text())
+    assert len(result["problems"]) == 5
+    bad = tmp_path / "bad.jsonl"
+    with open(LCB_FILE) as f:
+        first, second = f.readlines()[:2]
+    bad.write_text(first + second.replace('"testtype\\": \\"stdin\\"', '"testtype\\": \\"file\\"'))
+    proc = eval_in_process(["--model_name_or_path", tiny_model_dir, "--env", "code", "--data_path", str(bad),
+                            *LCB_FLAGS, "--output_dir", str(tmp_path / "eval_bad")], capsys)
+    assert proc.returncode == 1 and f"bad eval data: {bad}:2: 'public_test_cases' case 0" in proc.stderr, proc.stderr
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("algo,launcher", [pytest.param("grpo", True, id="grpo"),
-                                           pytest.param("tcpo", False, id="tcpo")])
-def test_code_env_trains_end_to_end(algo, launcher, tiny_model_dir, tmp_path):
-    """Under the real `deepspeed` launcher once; the second method through train.py's main() in the test process (the
-    same one-rank DeepSpeed engine, without the launcher's or an interpreter's imports of torch)."""
+@pytest.mark.parametrize("algo,launcher,data", [pytest.param("grpo", True, "mbpp", id="grpo"),
+                                                pytest.param("tcpo", False, "livecodebench", id="tcpo")])
+def test_code_env_trains_end_to_end(algo, launcher, data, tiny_model_dir, tmp_path):
+    """Under the real `deepspeed` launcher once, on MBPP; the second method on LiveCodeBench-layout rows through
+    train.py's main() in the test process (the same one-rank DeepSpeed engine, without the launcher's or an
+    interpreter's imports of torch)."""
     from rl.log.loggers import read_metrics
     from tests.helpers import run_train, run_train_in_process
+    data_flags = (["--data_path", os.path.join(REPO_ROOT, "data", "mbpp", "sanitized.jsonl"), "--prompt_key", "prompt",
+                   "--answer_key", "test_list"] if data == "mbpp" else ["--data_path", LCB_FILE, *LCB_FLAGS])
     args = ["--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path), "--algo", algo, "--env", "code",
-            "--data_path", os.path.join(REPO_ROOT, "data", "mbpp", "sanitized.jsonl"), "--prompt_key", "prompt",
-            "--answer_key", "test_list", "--max_turns", "2", "--max_steps", "2", "--num_generations", "2",
+            *data_flags, "--max_turns", "2", "--max_steps", "2", "--num_generations", "2",
             "--per_device_generation_batch_size", "2", "--max_answer_seq_len", "8", "--max_prompt_seq_len", "512",
             "--no_final_export"]
     proc = run_train(args, num_ranks=1) if launcher else run_train_in_process(args)
