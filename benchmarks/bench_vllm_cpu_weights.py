@@ -90,7 +90,7 @@ def main():
     from transformers import AutoModelForCausalLM
 
     from rl.engine.models import load_tokenizer
-    from rl.rollout.vllm.backend import VLLMRollout, _vllm_model
+    from rl.rollout.vllm.backend import VLLMRollout, VLLMSettings, _vllm_model
     from rl.rollout.tokens import encode_prompts
     from rl.rollout.vllm.cpu_weights import repacked_layers
 
@@ -112,7 +112,7 @@ def main():
                             detokenize=False)
     prompts = [{"prompt_token_ids": list(c)} for c in contexts]
     t0 = time.perf_counter()
-    backend = VLLMRollout(args, engine, torch.float32)
+    backend = VLLMRollout(VLLMSettings.from_args(args), engine, torch.float32)
     build_s = time.perf_counter() - t0
     layers = repacked_layers(_vllm_model(backend.llm))
     packed_copy_mib = sum(layer.weight.numel() * layer.weight.element_size() for layer in layers) / 2 ** 20

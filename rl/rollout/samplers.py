@@ -198,8 +198,9 @@ def make_sampler(args, engine, tokenizer) -> Sampler:
     cls = sampler_class(args, engine)
     if cls is VLLMSampler:
         from rl.engine.actor import resolve_dtype
-        from rl.rollout.vllm.backend import VLLMRollout
-        return VLLMSampler(VLLMRollout(args, engine, resolve_dtype(args.dtype)), engine, tokenizer, settings)
+        from rl.rollout.vllm.backend import VLLMRollout, VLLMSettings
+        return VLLMSampler(VLLMRollout(VLLMSettings.from_args(args), engine, resolve_dtype(args.dtype)), engine,
+                           tokenizer, settings)
     return cls(engine, tokenizer, settings)
 
 

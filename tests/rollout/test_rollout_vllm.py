@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rl.update.rollout_correction import SamplerMismatch
-from rl.rollout.vllm.backend import (VLLMRollout, answer_budgets, cut_at_eos, iter_vllm_weights,
+from rl.rollout.vllm.backend import (VLLMRollout, VLLMSettings, answer_budgets, cut_at_eos, iter_vllm_weights,
                              sampled_logprobs, to_vllm_names)
 from rl.rollout.vllm.setup import preserved_trainer_state
 
@@ -110,10 +110,10 @@ class FakeLLM:
 
 
 def backend(sleep_level, max_model_len=0):
-    args = argparse.Namespace(vllm_sleep_level=sleep_level, vllm_tensor_parallel_size=1, temperature=1.0, top_p=1.0,
-                              top_k=0, max_answer_seq_len=8, vllm_max_model_len=max_model_len)
+    settings = VLLMSettings(model_name_or_path="unused", sleep_level=sleep_level, temperature=1.0,
+                            max_answer_seq_len=8, max_model_len=max_model_len)
     engine = SimpleNamespace(module=tiny_llama(tie=True), global_steps=0)
-    b = VLLMRollout(args, engine, torch.float32, llm=FakeLLM())
+    b = VLLMRollout(settings, engine, torch.float32, llm=FakeLLM())
     # vllm.SamplingParams is not importable here: keep what each request would be given
     b.sampling_params = lambda eos, max_tokens: max_tokens
     return b
@@ -282,7 +282,9 @@ def test_the_factory_builds_a_vllm_sampler_that_attaches_nothing_to_the_engine(m
     from rl.rollout.samplers import VLLMSampler, make_sampler
     monkeypatch.setattr(VLLMRollout, "_build", lambda self, dtype: FakeLLM())
     args = argparse.Namespace(rollout_backend="vllm", dtype="fp32", vllm_sleep_level=2, vllm_tensor_parallel_size=1,
-                              vllm_max_model_len=0, temperature=1.0, top_p=1.0, top_k=0, max_answer_seq_len=8)
+                              vllm_max_model_len=0, temperature=1.0, top_p=1.0, top_k=0, max_answer_seq_len=8,
+                              model_name_or_path="unused", max_prompt_seq_len=16, max_turns=1, seed=0,
+                              vllm_gpu_memory_utilization=0.3, dist_timeout_minutes=5, vllm_cpu_weights="packed")
     engine = SimpleNamespace(module=tiny_llama(tie=True), global_steps=0, device=torch.device("cpu"))
     before = dict(vars(engine))
     sampler = make_sampler(args, engine, SimpleNamespace(pad_token_id=0, eos_token_id=2))

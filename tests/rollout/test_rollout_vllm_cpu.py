@@ -8,6 +8,7 @@ is built with --vllm_cpu_weights at its default, or as CREDO_TEST_VLLM_CPU_WEIGH
 runs the module once per mode.
 """
 import argparse
+import dataclasses
 import os
 import random
 from types import SimpleNamespace
@@ -25,7 +26,7 @@ else:
 
 from rl.config import build_parser  # noqa: E402
 from rl.update.logprobs import response_logprobs  # noqa: E402
-from rl.rollout.vllm.backend import VLLMRollout, _vllm_model  # noqa: E402
+from rl.rollout.vllm.backend import VLLMRollout, VLLMSettings, _vllm_model  # noqa: E402
 from rl.update.rollout_correction import SamplerMismatch  # noqa: E402
 from rl.rollout.vllm.cpu_weights import repack_synced_weights, repacked_layers  # noqa: E402
 from rl.rollout.vllm.fingerprint import StaleWeights  # noqa: E402
@@ -74,7 +75,7 @@ def served(tmp_path_factory):
     engine = SimpleNamespace(module=model, global_steps=0)
     threads = torch.get_num_threads()
     seed_all(RNG_SEED)
-    backend = VLLMRollout(args, engine, torch.float32)
+    backend = VLLMRollout(VLLMSettings.from_args(args), engine, torch.float32)
     after_build = draws()
     return backend, model, after_build, threads
 
@@ -153,11 +154,11 @@ def hf_greedy(model, context, steps, eos):
 
 
 def vllm_greedy(backend, contexts, eos):
-    backend.args.temperature = 0.0
+    backend.settings = dataclasses.replace(backend.settings, temperature=0.0)
     try:
         return backend.generate(contexts, [eos])[0]
     finally:
-        backend.args.temperature = 0.7
+        backend.settings = dataclasses.replace(backend.settings, temperature=0.7)
 
 
 CONTEXTS = [[5, 6, 7, 8, 9], [20, 21], [40, 41, 42, 43], [60, 70, 80]]
@@ -220,11 +221,11 @@ def test_long_contexts_get_shorter_answers_and_an_overfull_one_names_the_flag(se
     backend, model, _, _ = served
     assert backend.max_model_len == 48 + 8
     near_full = [[30 + i % 40 for i in range(backend.max_model_len - 3)]]
-    backend.args.temperature = 0.0
+    backend.settings = dataclasses.replace(backend.settings, temperature=0.0)
     try:
         tokens, logps = backend.generate(near_full, [])  # no stop tokens of ours: the answer runs to its budget
     finally:
-        backend.args.temperature = 0.7
+        backend.settings = dataclasses.replace(backend.settings, temperature=0.7)
     assert len(tokens[0]) == 3 and len(logps[0]) == 3
     with pytest.raises(ValueError, match="--vllm_max_model_len"):
         backend.generate([[5] * backend.max_model_len], [model.config.eos_token_id])

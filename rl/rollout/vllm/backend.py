@@ -25,6 +25,7 @@ import contextlib
 import importlib
 import importlib.util
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
@@ -174,14 +175,41 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}[dtype]
 
 
+@dataclass(frozen=True)
+class VLLMSettings:
+    """What the vLLM backend reads of the flags (`from_args`); the defaults are the flags'."""
+    model_name_or_path: str
+    max_answer_seq_len: int          # --max_answer_seq_len: tokens per turn
+    temperature: float
+    top_p: float = 1.0
+    top_k: int = 0                   # 0 = off
+    sleep_level: int = 2             # --vllm_sleep_level
+    tensor_parallel_size: int = 1    # --vllm_tensor_parallel_size
+    max_model_len: int = 0           # --vllm_max_model_len; 0: context_budget
+    context_budget: int = 0          # the longest context a rollout can reach (rl.engine.actor.context_budget)
+    gpu_memory_utilization: float = 0.3
+    seed: int = 0
+    dist_timeout_minutes: float = 30.0
+    cpu_weights: str = "packed"      # --vllm_cpu_weights
+
+    @classmethod
+    def from_args(cls, args) -> "VLLMSettings":
+        return cls(model_name_or_path=args.model_name_or_path, max_answer_seq_len=args.max_answer_seq_len,
+                   temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                   sleep_level=args.vllm_sleep_level, tensor_parallel_size=args.vllm_tensor_parallel_size,
+                   max_model_len=args.vllm_max_model_len, context_budget=context_budget(args),
+                   gpu_memory_utilization=args.vllm_gpu_memory_utilization, seed=args.seed,
+                   dist_timeout_minutes=args.dist_timeout_minutes, cpu_weights=args.vllm_cpu_weights)
+
+
 class VLLMRollout:
     """Colocated vLLM generation for one rank: build once, then `generate` (syncs weights when stale) and `sleep`."""
 
-    def __init__(self, args, engine, dtype: torch.dtype, llm=None):
-        self.args, self.engine = args, engine
+    def __init__(self, settings: VLLMSettings, engine, dtype: torch.dtype, llm=None):
+        self.settings, self.engine = settings, engine
         self.weight_dtype = dtype  # what load_weights casts the actor's weights to: their fingerprints are taken in it
-        self.sleep_level = args.vllm_sleep_level
-        self.tp = args.vllm_tensor_parallel_size
+        self.sleep_level = settings.sleep_level
+        self.tp = settings.tensor_parallel_size
         self.tp_group = None
         self.synced_step = None   # engine.global_steps at the last weight sync
         self.awake = True
@@ -190,7 +218,7 @@ class VLLMRollout:
         # vLLM-CPU only (--vllm_cpu_weights packed): keep its repacked (oneDNN/SGL) linear weights, repacked after
         # each sync. Decided where the engine is built (_build); an engine handed in was not prepared for it.
         self.packed_cpu_weights = False
-        self.max_model_len = getattr(args, "vllm_max_model_len", 0) or None  # set from the flags by _build
+        self.max_model_len = settings.max_model_len or None  # set from the flags by _build
         self.llm = llm if llm is not None else self._build(dtype)
         self.sleep()
 
@@ -201,7 +229,7 @@ class VLLMRollout:
         from rl.engine import dist
         on_cpu = not torch.cuda.is_available()
         # nothing is repacked on GPU
-        self.packed_cpu_weights = on_cpu and getattr(self.args, "vllm_cpu_weights", "packed") == "packed"
+        self.packed_cpu_weights = on_cpu and self.settings.cpu_weights == "packed"
         if on_cpu:
             prepare_cpu_engine(self.packed_cpu_weights)
         vllm = importlib.import_module("vllm")
@@ -213,20 +241,20 @@ class VLLMRollout:
             # carry the same timeout as the world's.
             self.tp_group, _ = torch.distributed.new_subgroups_by_enumeration(
                 [list(range(i * self.tp, (i + 1) * self.tp)) for i in range(world // self.tp)],
-                timeout=timedelta(minutes=self.args.dist_timeout_minutes))
-        a = self.args
+                timeout=timedelta(minutes=self.settings.dist_timeout_minutes))
+        a = self.settings
         if on_cpu and self.sleep_level > 0:
             if dist.rank() == 0:
                 print(f"[credo] vLLM on CPU has no sleep mode: --vllm_sleep_level {self.sleep_level} is ignored "
                       "(the engine stays awake)", flush=True)
             self.sleep_level = 0
-        self.max_model_len = a.vllm_max_model_len or context_budget(a)
+        self.max_model_len = a.max_model_len or a.context_budget
         with preserved_trainer_state():
             llm = vllm.LLM(
                 model=a.model_name_or_path,
                 dtype=_dtype_name(dtype),
                 tensor_parallel_size=self.tp,
-                gpu_memory_utilization=a.vllm_gpu_memory_utilization,
+                gpu_memory_utilization=a.gpu_memory_utilization,
                 max_model_len=self.max_model_len,
                 enable_sleep_mode=self.sleep_level > 0,
                 distributed_executor_backend="external_launcher",
@@ -303,7 +331,7 @@ class VLLMRollout:
     # --- generation -----------------------------------------------------------------------------------------
     def sampling_params(self, eos_ids, max_tokens: int):
         from vllm import SamplingParams
-        a = self.args
+        a = self.settings
         return SamplingParams(n=1, temperature=a.temperature, top_p=a.top_p, top_k=a.top_k if a.top_k > 0 else -1,
                               max_tokens=max_tokens, logprobs=0, stop_token_ids=list(eos_ids), detokenize=False)
 
@@ -325,8 +353,9 @@ class VLLMRollout:
                 offsets.append(offsets[-1] + len(part))
             mine = torch.distributed.get_rank(group=self.tp_group)
             contexts = [c for part in gathered for c in part]
-        budgets = ([self.args.max_answer_seq_len] * len(contexts) if self.max_model_len is None else
-                   answer_budgets([len(c) for c in contexts], self.max_model_len, self.args.max_answer_seq_len))
+        max_answer = self.settings.max_answer_seq_len
+        budgets = ([max_answer] * len(contexts) if self.max_model_len is None else
+                   answer_budgets([len(c) for c in contexts], self.max_model_len, max_answer))
         # No per-request seeds: vLLM samples unseeded requests with the device's default generator (on CPU torch's
         # global one, the trainer's, which checkpoints restore: resume is exact there), while seeded requests are
         # sampled one by one (vLLM's random_sample), a cost on every decode step of a large GPU batch.
