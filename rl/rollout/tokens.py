@@ -59,13 +59,14 @@ def next_turn_tokens(tokenizer, history: list, new_messages: list, sampled: list
 
     Token-in, token-out: the sampled tokens stay as drawn and nothing earlier is re-rendered, so a template that
     renders past turns differently from how the model wrote them (Qwen3 drops earlier turns' <think> reasoning;
-    Llama 3 trims whitespace) still gives the model, at turn k + 1, exactly the sequence the trainer scores. The new
-    messages are rendered after a placeholder assistant turn and cut at the end of its content, the suffix diff of
-    verl's continuous-token builder (verl-project/verl issue #6719, PR #6779). verl's older ToolAgentLoop renders the
-    new messages alone and strips the default system prompt (`apply_chat_template(..., remove_system_prompt=True)`),
-    which loses the "\\n" a ChatML template puts after <|im_end|> (verl issue #6501; PR #6921 restores it): cutting after
-    the placeholder keeps that separator, so on a template that re-renders as a prefix (SmolLM2's) these are the
-    tokens credo's earlier re-rendering driver appended.
+    Llama 3 trims whitespace) still gives the model, at turn k + 1, exactly the sequence the trainer scores.
+
+    The new messages are rendered after a placeholder assistant turn and cut at the end of its content: the suffix
+    diff after a dummy assistant turn that verl's continuous-token RFC describes (verl-project/verl issue #6719).
+    verl's ToolAgentLoop instead renders the new messages alone and strips the template's default system prompt
+    (`remove_system_prompt=True`), which loses the newline ChatML puts after <|im_end|> at every turn (verl issue
+    #6501; fixed by its PR #6921). Cutting after the placeholder keeps it, so on a template that re-renders as a
+    prefix (SmolLM2's) these are the tokens credo's earlier re-rendering driver appended.
 
     Args:
         history: the conversation before the sampled turn (the opening messages and every earlier turn, as text).
@@ -88,8 +89,9 @@ def next_turn_tokens(tokenizer, history: list, new_messages: list, sampled: list
     if full.count(TURN_PLACEHOLDER) != 1:
         raise TemplateMismatch(
             f"{where} does not render an assistant turn's content verbatim (a placeholder content appears "
-            f"{full.count(TURN_PLACEHOLDER)} times in its rendering, not once), so the tokens of the messages that follow "
-            "the turn cannot be cut from it; multi-turn rollouts need a template that writes the assistant's text as given")
+            f"{full.count(TURN_PLACEHOLDER)} times in its rendering, not once), so the tokens of the messages that "
+            "follow the turn cannot be cut from it; multi-turn rollouts need a template that writes the assistant's "
+            "text as given")
     tail = full[full.index(TURN_PLACEHOLDER) + len(TURN_PLACEHOLDER):]
     end = eos_text.get(sampled[-1]) if sampled else None
     if end and tail.startswith(end):

@@ -125,7 +125,7 @@ class ScriptedPolicy:
 
 
 def sampling_args():
-    return argparse.Namespace(max_turns=TURNS, max_prompt_seq_len=256, max_answer_seq_len=12, temperature=TEMPERATURE,
+    return argparse.Namespace(max_turns=TURNS, max_prompt_seq_len=256, max_answer_seq_len=8, temperature=TEMPERATURE,
                               top_p=1.0, top_k=0)
 
 
@@ -178,7 +178,7 @@ def test_a_sampled_episode_trains_on_exactly_what_the_model_drew_and_saw(name):
     tok = build_tokenizer(family)
     model = build_policy(tok, family)
     sampler = Recording(make_sampler(sampling_args(), model, tok))
-    batch = play(tok, sampler, rows=6, signals={"logp"})
+    batch = play(tok, sampler, rows=4, signals={"logp"})
     check_token_in_token_out(tok, family, batch, sampler.calls)
     # the log-probs the sampler drew with = the trainer's forward over the laid-out batch: the same context, token
     # for token, at every turn
