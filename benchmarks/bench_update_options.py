@@ -65,7 +65,15 @@ def run(name, flags, a):
     out = os.path.join(a.out, name)
     os.makedirs(out, exist_ok=True)
     started = os.getloadavg()[0]
-    train(out, flags, a)
+    for attempt in range(1, a.attempts + 1):  # on a shared machine a run can be OOM-killed by others' memory
+        try:
+            train(out, flags, a)
+            break
+        except subprocess.CalledProcessError:
+            if attempt == a.attempts:
+                raise
+            print(f"{name}: attempt {attempt} failed (see {out}/train.log); again in 60 s", flush=True)
+            time.sleep(60)
     rows = read_metrics(os.path.join(out, "metrics.jsonl"))
     timed = rows[1:] or rows
     return {"flags": flags, "steps": len(rows), "load_before": started,
@@ -139,6 +147,7 @@ def main():
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--model", default=MODEL)
     p.add_argument("--decode_repeats", type=int, default=3)
+    p.add_argument("--attempts", type=int, default=3, help="tries per run (a shared machine's OOM killer)")
     p.add_argument("--only", default=None, help="comma list of OPTIONS to run (default: all)")
     p.add_argument("--out", default=os.path.join(REPO, "output", "bench_update_options"))
     p.add_argument("--results", default=os.path.join(REPO, "benchmarks", "results", "update_options"))
