@@ -56,9 +56,13 @@ def try_claim(uid: int):
             for low, high in sorted([(0, min(answer_w, life_r)), (min(answer_w, life_r) + 1, max(answer_w, life_r)),
                                      (max(answer_w, life_r) + 1, 4096)]):
                 os.closerange(low, high)  # nothing of the runner's (its result pipe above all) stays open here
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)  # drops root's capabilities, so RLIMIT_NPROC applies to this process
+            try:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)  # drops root's capabilities, so RLIMIT_NPROC applies to this process
+            except OSError as exc:  # a user namespace that maps no such uid: no draw would do better
+                os.write(answer_w, b"e" + str(exc).encode()[:300])
+                os._exit(0)
             resource.setrlimit(resource.RLIMIT_NPROC, (2, 2))
             try:
                 child = os.fork()  # this holder and the child: 2; a third process of the uid refuses it
@@ -75,12 +79,14 @@ def try_claim(uid: int):
             os._exit(0)
     os.close(answer_w)
     os.close(life_r)
-    answer = os.read(answer_r, 1)
+    answer = os.read(answer_r, 400)
     os.close(answer_r)
     if answer == b"y":
         return Claim(uid, pid, life_w)
     os.close(life_w)
     os.waitpid(pid, 0)
+    if answer != b"n":
+        raise RuntimeError(f"the sandbox cannot run as uid {uid}: {answer[1:].decode(errors='replace') or 'no answer'}")
     return None
 
 
