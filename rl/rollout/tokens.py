@@ -72,9 +72,9 @@ def next_turn_tokens(tokenizer, history: list, new_messages: list, sampled: list
         history: the conversation before the sampled turn (the opening messages and every earlier turn, as text).
         new_messages: the env's observation messages that follow the sampled turn.
         sampled: the token ids the model drew this turn (through its EOS, or cut at --max_answer_seq_len).
-        eos_text: {EOS id: its text}. A turn that ended with an EOS whose text opens the template's closing gets the
-            rest of the closing; any other turn (cut short, or ended by another EOS) keeps what it drew and gets the
-            whole closing after it.
+        eos_text: {EOS id: its text}. A turn that ended with an EOS whose text opens the template's closing (after
+            whitespace) gets the rest of the closing; any other turn (cut short, or ended by another EOS) keeps what
+            it drew and gets the whole closing after it.
         turn: the 0-based index of the sampled turn, for the error message.
     Raises:
         TemplateMismatch (naming the template and the turn) where the template cannot render the conversation or does
@@ -94,6 +94,7 @@ def next_turn_tokens(tokenizer, history: list, new_messages: list, sampled: list
             "text as given")
     tail = full[full.index(TURN_PLACEHOLDER) + len(TURN_PLACEHOLDER):]
     end = eos_text.get(sampled[-1]) if sampled else None
-    if end and tail.startswith(end):
-        tail = tail[len(end):]
+    before, found, after = tail.partition(end) if end else ("", "", tail)
+    if found and not before.strip():  # the sampled EOS stands for the closing through the template's EOS (Llama 2
+        tail = after                  # and Mistral close with " </s>": the space is not added after the model's EOS)
     return tokenizer(tail, add_special_tokens=False)["input_ids"]

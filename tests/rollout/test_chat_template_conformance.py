@@ -240,6 +240,23 @@ def test_the_default_models_template_appends_what_re_rendering_the_history_appen
         rendered = full
 
 
+def test_a_closing_with_whitespace_before_the_eos_is_what_the_sampled_eos_stands_for():
+    """Llama 2's template closes an assistant turn with ' ' + eos_token: a turn the model ended with its EOS goes on
+    with the next user message, not with a second EOS; a turn cut short gets the whole closing."""
+    family = Family("smollm2.jinja", ("<s>", "</s>"), "</s>", other_eos=None, pad="</s>", bos="<s>", next_turn="")
+    tok = build_tokenizer(family)
+    tok.chat_template = ("{% for m in messages %}{% if m['role'] == 'user' %}{{ bos_token + '[INST] ' + "
+                         "m['content'].strip() + ' [/INST]' }}{% else %}{{ ' ' + m['content'].strip() + ' ' + "
+                         "eos_token }}{% endif %}{% endfor %}")
+    eos = tok.convert_tokens_to_ids("</s>")
+    history, feedback = [{"role": "user", "content": "2 + 3?"}], [{"role": "user", "content": "Try again."}]
+    answer = tok("5", add_special_tokens=False)["input_ids"]
+    closed = next_turn_tokens(tok, history, feedback, answer + [eos], {eos: "</s>"}, 0)
+    assert tok.decode(closed) == "<s>[INST] Try again. [/INST]"
+    cut = next_turn_tokens(tok, history, feedback, answer, {eos: "</s>"}, 0)
+    assert tok.decode(cut) == " </s><s>[INST] Try again. [/INST]"
+
+
 def test_a_template_that_does_not_write_the_assistants_text_is_refused_naming_it_and_the_turn():
     family = FAMILIES["smollm2"]
     tok = build_tokenizer(family)
