@@ -12,10 +12,11 @@ Two checks per engine weight (credo's reading of "the engine's weights"):
   (exact up to float64 rounding); vLLM's fused layers (qkv_proj = q, k, v; gate_up_proj = gate, up: the model
   class's `packed_modules_mapping`) are compared with their parts' rows in that order; an engine parameter the
   trainer sent no weight for is a mismatch (it keeps whatever it was loaded with);
-- the kernel: the layer's own matmul (its quant_method.apply: on vLLM-CPU the repacked oneDNN/AMX copy, which
+- the kernel: an unquantized layer's own matmul (its quant_method.apply: on vLLM-CPU the repacked oneDNN/AMX copy, which
   keeps old values until repacked) on r, against the stored weight's f, within the engine dtype's rounding
   (KERNEL_RTOL). A kernel that is stale by less than that rounding (one small step in bf16) passes this check; its
   copy is rebuilt from the checked weight each sync (rl/rollout/vllm/cpu_weights.py).
+Quantized engine weights (fp8, int4: not the trainer's values cast) are not compared.
 """
 import torch
 
@@ -83,6 +84,8 @@ def check_engine(model: torch.nn.Module, trainer: dict) -> list:
     problems = []
     expected = {}
     for name, param in model.named_parameters():
+        if param.dtype not in KERNEL_RTOL:
+            continue  # a quantized weight (fp8, int4 and their scales) is not the trainer's values cast: not compared
         parts = _parts(name, packed)
         missing = [p for p in parts if p not in trainer]
         if missing:
@@ -98,7 +101,8 @@ def check_engine(model: torch.nn.Module, trainer: dict) -> list:
     with torch.no_grad():
         for module_name, module in model.named_modules():
             weight, method = getattr(module, "weight", None), getattr(module, "quant_method", None)
-            if not (isinstance(weight, torch.Tensor) and weight.ndim == 2 and hasattr(method, "apply")):
+            if not (isinstance(weight, torch.Tensor) and weight.ndim == 2 and hasattr(method, "apply")
+                    and type(method).__name__.startswith("Unquantized")):
                 continue
             want = expected.get(names.get(id(weight)))
             if want is None:
