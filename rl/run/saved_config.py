@@ -11,7 +11,10 @@ import socket
 import subprocess
 import sys
 
+import torch
+
 from rl import REPO_ROOT
+from rl.engine.hardware import auto_dtype_name, cpu_bf16_matmul_isa, cpu_model
 from rl.errors import TrainingAborted
 
 CONFIG_NAME = "config.json"
@@ -112,9 +115,30 @@ def git_commit() -> str:
     return head.stdout.strip() + ("-dirty" if dirty else "")
 
 
+def machine_record(dtype_flag: str) -> dict:
+    """What decides a run's floating-point results besides its flags, commit and versions: the processor (its kind
+    picks the matmul kernels, and with them the order of every sum), the threads each rank computes with (they split
+    the sums), the dtype --dtype resolved to, and the GPU. Two runs repeat bit for bit only where all of these match
+    (docs/reproducibility.md)."""
+    cuda = torch.cuda.is_available()
+    record = {"cpu": cpu_model(), "bf16_isa": cpu_bf16_matmul_isa() or "none", "torch_threads": torch.get_num_threads(),
+              "dtype": auto_dtype_name(cuda)[0] if dtype_flag == "auto" else dtype_flag}
+    if cuda:
+        record["gpu"] = torch.cuda.get_device_name()
+    return record
+
+
+def machine_differences(saved: dict, current: dict) -> list:
+    """["torch_threads 2 -> 1", ...]: what differs between two machine records (an old config.json has none: [])."""
+    if not saved:
+        return []
+    return [f"{k} {saved.get(k)} -> {current.get(k)}" for k in sorted(set(saved) | set(current))
+            if saved.get(k) != current.get(k)]
+
+
 def resolved_config(args, world_size: int) -> dict:
     return {"flags": plain_flags(args), "world_size": world_size, "versions": package_versions(),
-            "git_commit": git_commit(), "argv": sys.argv[1:],
+            "machine": machine_record(args.dtype), "git_commit": git_commit(), "argv": sys.argv[1:],
             "written_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 
 

@@ -14,8 +14,8 @@ from rl.run.checkpoint import ResumePoint, checkpoint_root, resolve_resume
 from rl.errors import TrainingAborted
 from rl.log.loggers import WandbSettings, report_backends
 from rl.run.saved_config import (DEFAULT_SAVE_STEPS, RunMismatch, SAVE_COST, acquire_output_lock, default_output_dir,
-                                flag_differences, method_flags, plain_flags, read_run_config, resolved_config,
-                                write_run_config)
+                                flag_differences, machine_differences, method_flags, plain_flags, read_run_config,
+                                resolved_config, write_run_config)
 
 logger = logging.getLogger(__name__)
 SAVE_STRATEGIES = ("steps", "final", "no")  # --save_strategy (TRL's names)
@@ -112,7 +112,13 @@ def _decide(args, steps: int, defaults: dict, world_size: int) -> RunStart:
             point.verify()  # every file against the manifest, before a model is even loaded
         elif os.path.isdir(checkpoint_root(args.output_dir)) and args.resume == "none":
             logger.warning("--resume none: starting afresh in %s; its checkpoints will be replaced", args.output_dir)
-        write_run_config(args.output_dir, resolved_config(args, world_size))
+        config = resolved_config(args, world_size)
+        moved = machine_differences((saved_config or {}).get("machine"), config["machine"]) if point else []
+        if moved:
+            logger.warning("resuming %s on another machine than its last run (%s): the steps from here are trained "
+                           "as they should be, but not bit for bit as that machine would have trained them "
+                           "(docs/reproducibility.md)", point.path, "; ".join(moved))
+        write_run_config(args.output_dir, config)
     return RunStart(output_dir=args.output_dir, resume=point, finished=finished, flags=method_flags(current))
 
 

@@ -111,6 +111,26 @@ def test_harmless_changes_resume_and_a_run_at_its_last_step_is_finished(tiny_mod
     assert read_run_config(str(tmp_path))["flags"]["max_steps"] == 6
 
 
+def test_config_records_the_machine_and_a_resume_on_another_says_it_will_not_repeat_bit_for_bit(
+        tiny_model_dir, tmp_path, caplog):
+    import torch
+    start_run(flags(tiny_model_dir, tmp_path, "--dtype", "fp32"), 5, parser_defaults())
+    config = read_run_config(str(tmp_path))
+    assert config["machine"]["torch_threads"] == torch.get_num_threads() and config["machine"]["dtype"] == "fp32"
+    assert config["machine"]["cpu"] and config["machine"]["bf16_isa"] in ("amx", "avx512_bf16", "none")
+    fake_checkpoint(tmp_path, 1, flags(tiny_model_dir, tmp_path, "--dtype", "fp32"))
+    with caplog.at_level(logging.WARNING):
+        start_run(flags(tiny_model_dir, tmp_path, "--dtype", "fp32"), 5, parser_defaults())
+    assert "another machine" not in caplog.text  # the same machine: nothing to say
+    config["machine"]["torch_threads"] += 1  # as if the last run had computed with one thread more
+    with open(tmp_path / "config.json", "w") as f:
+        json.dump(config, f)
+    with caplog.at_level(logging.WARNING):
+        start_run(flags(tiny_model_dir, tmp_path, "--dtype", "fp32"), 5, parser_defaults())
+    assert (f"another machine than its last run (torch_threads {torch.get_num_threads() + 1} -> "
+            f"{torch.get_num_threads()})") in caplog.text
+
+
 def test_a_run_that_never_saved_is_not_overwritten_by_another_experiment(tiny_model_dir, tmp_path):
     start_run(flags(tiny_model_dir, tmp_path), 5, parser_defaults())  # crashed before its first checkpoint
     with pytest.raises(RunMismatch, match="config.json"):
