@@ -7,8 +7,12 @@
     blown-up step would be; the per-token stats stay as computed, the loss and its gradients do not.
 --kill_in_save_at_step N: in the save of step N every rank SIGKILLs itself once its files are written, before the
     manifest and the rename (the crash-safety test's "kill during a save").
+--kill_in_rollout_at_step N: every rank SIGKILLs itself as step N's episodes start (its prompts already drawn).
+--kill_in_update_at_step N: every rank SIGKILLs itself at step N's first micro-batch loss (mid-update: the forward
+    done, no backward or optimizer step yet).
 
-Each fault wraps one module-level name the code calls (rl.update.ppo.policy_loss, rl.run.checkpoint.checkpoint_files);
+Each fault wraps one module-level name the code calls (rl.update.ppo.policy_loss, rl.run.checkpoint.checkpoint_files,
+rl.trainer.run_episodes);
 if that name is gone after a refactor the install fails loudly instead of silently injecting nothing. `installed`
 puts the wrapped names back afterwards, for train.main() run in the test process (tests.helpers.run_train_in_process).
 """
@@ -67,6 +71,29 @@ def kill_in_save_at_step(step: int):
     _wrap(rl.run.checkpoint, "checkpoint_files", make)
 
 
+def _kill_at_step(module, name: str, step: int):
+    """SIGKILL this process when module.name is called during step `step` (1-based)."""
+    _track_steps()
+
+    def make(function):
+        def killing(*args, **kwargs):
+            if _current_step[0] == step:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return function(*args, **kwargs)
+        return killing
+    _wrap(module, name, make)
+
+
+def kill_in_rollout_at_step(step: int):
+    import rl.trainer
+    _kill_at_step(rl.trainer, "run_episodes", step)
+
+
+def kill_in_update_at_step(step: int):
+    import rl.update.ppo
+    _kill_at_step(rl.update.ppo, "policy_loss", step)
+
+
 def _steps(text: str) -> list:
     return [int(s) for s in text.split(",") if s]
 
@@ -76,12 +103,15 @@ def install(argv) -> list:
     parser = argparse.ArgumentParser(prog="tests.faults", allow_abbrev=False,
                                      description="train.py with faults injected (tests only)")
     parser.add_argument("--nan_loss_at_steps", type=_steps, default=[], help="comma list of steps (default: none)")
-    parser.add_argument("--kill_in_save_at_step", type=int, default=None, help="a step (default: none)")
+    for fault in ("save", "rollout", "update"):
+        parser.add_argument(f"--kill_in_{fault}_at_step", type=int, default=None, help="a step (default: none)")
     faults, train_argv = parser.parse_known_args(argv)
     if faults.nan_loss_at_steps:
         nan_loss_at_steps(faults.nan_loss_at_steps)
-    if faults.kill_in_save_at_step is not None:
-        kill_in_save_at_step(faults.kill_in_save_at_step)
+    for fault, install_fault in (("save", kill_in_save_at_step), ("rollout", kill_in_rollout_at_step),
+                                 ("update", kill_in_update_at_step)):
+        if getattr(faults, f"kill_in_{fault}_at_step") is not None:
+            install_fault(getattr(faults, f"kill_in_{fault}_at_step"))
     return train_argv
 
 
@@ -89,9 +119,11 @@ def install(argv) -> list:
 def installed(argv):
     """install(ARGV) for the life of the block; every name a fault wraps is the original again afterwards."""
     import rl.run.checkpoint
+    import rl.trainer
     import rl.update.ppo
     from rl.trainer import Trainer
-    wrapped = [(rl.update.ppo, "policy_loss"), (rl.run.checkpoint, "checkpoint_files"), (Trainer, "train_step")]
+    wrapped = [(rl.update.ppo, "policy_loss"), (rl.run.checkpoint, "checkpoint_files"), (Trainer, "train_step"),
+               (rl.trainer, "run_episodes")]
     originals = [(owner, name, getattr(owner, name)) for owner, name in wrapped if hasattr(owner, name)]
     try:
         yield install(argv)

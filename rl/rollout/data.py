@@ -1,5 +1,7 @@
 """Training prompts: rows from an env's generator or from --data_path (any format rl/rollout/data_files.py reads), each
 checked for the keys the env needs, served in seeded, resumable order."""
+import hashlib
+import json
 import logging
 import math
 import random
@@ -115,11 +117,19 @@ class PromptStream:
 
     Every rank holds the same order and takes its own slice of each global batch, so a step's prompts are
     disjoint across ranks and group ids (global row positions) are unique.
+
+    `consumed` is the record of what the stream has handed out: the data row (its index in the training rows) of
+    every prompt, all ranks' together, in order. It is checkpointed with the position, so each checkpoint says which
+    prompts its run consumed (rl/run/checkpoint.py's trainer_state_of reads it), and a resume refuses data or a seed
+    that would serve other rows at those positions than the checkpoint's run was served, and training rows whose
+    contents differ from the checkpoint's (rows_sha256).
     """
 
     def __init__(self, rows: list, seed: int):
         self.rows, self.seed = rows, seed
         self.position = 0  # rows consumed so far, over all epochs
+        self.consumed = []  # the data row of every prompt handed out, in order (len == position)
+        self._digest = None
 
     def _order(self, epoch: int) -> list:
         if getattr(self, "_cached_epoch", None) != epoch:
@@ -128,21 +138,54 @@ class PromptStream:
             self._cached_epoch, self._cached_order = epoch, order
         return self._cached_order
 
+    def row_at(self, position: int) -> int:
+        """The data row (index in the training rows) served at a global position of the stream."""
+        n = len(self.rows)
+        return self._order(position // n)[position % n]
+
     def next_batch(self, global_batch: int, rank: int, per_rank: int):
         """Return (rows for this rank, their global ids) and advance by one global batch."""
         ids = [self.position + rank * per_rank + i for i in range(per_rank)]
-        n = len(self.rows)
-        picked = [self.rows[self._order(i // n)[i % n]] for i in ids]
+        picked = [self.rows[self.row_at(i)] for i in ids]
+        self.consumed.extend(self.row_at(i) for i in range(self.position, self.position + global_batch))
         self.position += global_batch
         return picked, ids
 
+    def rows_sha256(self) -> str:
+        """A digest of the training rows' contents (computed once): a resume on edited data is refused."""
+        if self._digest is None:
+            h = hashlib.sha256()
+            for row in self.rows:  # a value JSON cannot write counts by its type: its repr may hold an address
+                h.update(json.dumps(row, sort_keys=True, default=lambda v: type(v).__name__).encode() + b"\n")
+            self._digest = h.hexdigest()
+        return self._digest
+
     def state_dict(self) -> dict:
-        return {"position": self.position, "seed": self.seed, "num_rows": len(self.rows)}
+        return {"position": self.position, "seed": self.seed, "num_rows": len(self.rows),
+                "consumed": list(self.consumed), "rows_sha256": self.rows_sha256()}
 
     def load_state_dict(self, state: dict):
+        """Continue where `state` (a state_dict) left off. Raises DataError when this stream's data is not the
+        data the state was made with: another row count, other row contents, or an order that would have served
+        other rows (another --seed)."""
         if state["num_rows"] != len(self.rows):
             raise DataError(f"resumed data has {len(self.rows)} rows, the checkpoint was trained on {state['num_rows']}")
-        self.position = state["position"]
+        if state.get("rows_sha256") not in (None, self.rows_sha256()):
+            raise DataError(f"the training data's {len(self.rows)} rows differ in content from the data the checkpoint "
+                            "was trained on (sha256 of the rows): its record of consumed prompts would name other "
+                            "rows. Resume with the data it was trained on, or start afresh (--resume none or a new "
+                            "--output_dir)")
+        consumed = state.get("consumed")
+        if consumed is None:  # a checkpoint from before the record: the order it was served is the seed's
+            consumed = [self.row_at(i) for i in range(state["position"])]
+        if len(consumed) != state["position"]:
+            raise DataError(f"the checkpoint records {len(consumed)} consumed prompts at position {state['position']}")
+        differ = next((i for i, row in enumerate(consumed) if row != self.row_at(i)), None)
+        if differ is not None:
+            raise DataError(f"prompt {differ} of the checkpoint's run was data row {consumed[differ]}; this run's "
+                            f"order (--seed {self.seed}) serves row {self.row_at(differ)} there: resuming would train "
+                            "on another sequence of prompts. Resume with the checkpoint's --seed")
+        self.position, self.consumed = state["position"], list(consumed)
 
 
 def add_data_flags(p):

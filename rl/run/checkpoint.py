@@ -345,6 +345,18 @@ def load_checkpoint(engine, root: str, tag: str) -> dict:
     return client_state["trainer_state"]
 
 
+def trainer_state_of(folder: str) -> dict:
+    """The trainer state a checkpoint folder (step_N) holds, read without a DeepSpeed engine: its step, the data
+    stream's state ("data": position, and "consumed", the data row of every prompt the run had drawn by then, in
+    order), the step guard's counters, the scorer's and the method's state. Every rank's model-states file holds the
+    same trainer state; the first one is read."""
+    names = sorted(n for n in os.listdir(folder) if n.endswith("model_states.pt"))
+    if not names:
+        raise CheckpointError(f"{folder} has no *model_states.pt file: not a credo checkpoint folder")
+    state = torch.load(os.path.join(folder, names[0]), map_location="cpu", weights_only=False)
+    return state["trainer_state"]
+
+
 def gathered_state_dict(module) -> dict:
     """Full parameters (and persistent buffers) on rank 0, gathered one tensor at a time. Collective."""
     state = {}

@@ -167,3 +167,42 @@ def test_a_file_smaller_than_one_step_s_batch_is_named_in_a_warning():
     assert repeated_rows_warning(8, 8, "--data_path x.jsonl") is None
     text = repeated_rows_warning(4, 8, "--data_path x.jsonl")
     assert text.startswith("--data_path x.jsonl has 4 rows and a step takes 8 prompts") and "2.0 times" in text
+
+
+def test_the_stream_records_the_data_row_of_every_prompt_it_hands_out():
+    rows = [{"i": i} for i in range(5)]
+    stream = PromptStream(rows, seed=3)
+    served = [row["i"] for _ in range(4) for row in stream.next_batch(3, rank=0, per_rank=3)[0]]  # 12: over 2 epochs
+    assert stream.consumed == served and stream.position == 12
+    assert sorted(served[:5]) == list(range(5)) and sorted(served[5:10]) == list(range(5))  # each epoch: every row once
+    state = stream.state_dict()
+    stream.next_batch(3, 0, 3)
+    assert state["consumed"] == served  # a copy: the trainer keeps the step's start to restore it
+    resumed = PromptStream(rows, seed=3)
+    resumed.load_state_dict(state)
+    assert resumed.consumed == served and resumed.next_batch(3, 0, 3)[0] == [rows[r] for r in stream.consumed[12:]]
+
+
+@pytest.mark.parametrize("change,fragment", [
+    (lambda rows, seed: (rows, seed + 1), "serves row"),                            # another --seed
+    (lambda rows, seed: ([*rows[:2], {"i": 99}, *rows[3:]], seed), "differ in content"),  # an edited row
+    (lambda rows, seed: (rows[:4], seed), "resumed data has 4 rows"),
+])
+def test_a_resume_refuses_data_that_would_serve_other_prompts(change, fragment):
+    rows = [{"i": i} for i in range(5)]
+    stream = PromptStream(rows, seed=3)
+    for _ in range(3):
+        stream.next_batch(2, 0, 2)
+    other_rows, other_seed = change(rows, 3)
+    with pytest.raises(DataError, match=fragment):
+        PromptStream(other_rows, other_seed).load_state_dict(stream.state_dict())
+
+
+def test_a_checkpoint_from_before_the_record_resumes_at_its_position():
+    rows = [{"i": i} for i in range(5)]
+    stream = PromptStream(rows, seed=3)
+    stream.next_batch(4, 0, 4)
+    old = {"position": 4, "seed": 3, "num_rows": 5}  # what checkpoints held before `consumed`
+    resumed = PromptStream(rows, seed=3)
+    resumed.load_state_dict(old)
+    assert resumed.consumed == stream.consumed and resumed.position == 4
