@@ -202,7 +202,7 @@ class Trainer:
         metrics.update(env_metrics(batch.env_values))  # env/<component>/mean, env/info/<key>/mean
         self.completion_samples = completion_records(batch, self.args.log_completions) if self.rank == 0 else []
         metrics.update(self.train_on(mask_truncated(batch, self.lengths, self.sampler.eos_ids), timings))
-        metrics.update(self.ref_sync.after_step(self.step + 1))  # --sync_ref_model: the reference moves toward the policy
+        metrics.update(self.ref_sync.after_step(self.step + 1))  # --sync_ref_model: the reference moves to the policy
         timings["step"] = time.perf_counter() - t0
         slowest = dist.all_reduce(torch.tensor([timings[k] for k in sorted(timings)], dtype=torch.float64), op="max")
         for i, k in enumerate(sorted(timings)):

@@ -115,9 +115,10 @@ class ReferenceSync:
 def add_ref_sync_flags(p):
     g = p.add_argument_group("update: reference-model sync (TR-DPO's soft update, TRL's names)")
     g.add_argument("--sync_ref_model", action=argparse.BooleanOptionalAction, default=None,
-                   help="default off (on under MAESTRO's --maestro_recipe paper): every --ref_model_sync_steps steps, reference <- alpha x policy + (1 - alpha) x reference "
-                        "(TRL's sync_ref_model, from TR-DPO, arXiv 2404.09656). Needs a reference: --beta > 0 (or "
-                        "MAESTRO's --maestro_kl_in_reward); refused under --beta 0 and with --lora_r, as TRL refuses both")
+                   help="default off (on under MAESTRO's --maestro_recipe paper): every --ref_model_sync_steps "
+                        "steps, reference <- alpha x policy + (1 - alpha) x reference (TRL's sync_ref_model, from "
+                        "TR-DPO, arXiv 2404.09656). Needs a reference: --beta > 0 (or MAESTRO's "
+                        "--maestro_kl_in_reward); refused under --beta 0 and with --lora_r, as TRL refuses both")
     g.add_argument("--ref_model_mixup_alpha", type=float, default=0.6,
                    help="alpha of the mix (TRL's ref_model_mixup_alpha, default 0.6)")
     g.add_argument("--ref_model_sync_steps", type=int, default=512,
