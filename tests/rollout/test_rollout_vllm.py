@@ -90,9 +90,23 @@ def test_cut_at_eos_keeps_the_first_eos_and_its_logprob():
 class FakeLLM:
     def __init__(self):
         self.calls, self.loaded = [], []
-        runner = SimpleNamespace(model=SimpleNamespace(load_weights=lambda w: self.loaded.extend(n for n, _ in w)))
+        runner = SimpleNamespace(model=self.engine_model())
         worker = SimpleNamespace(model_runner=runner)
         self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(driver_worker=worker))
+
+    def engine_model(self):
+        """The engine's own copy of the weights (the actor's architecture): load_weights writes into it, so the
+        weight fingerprint check after a sync (rl/rollout/vllm/fingerprint.py) compares real tensors."""
+        model = tiny_llama(tie=True)
+        params = dict(model.named_parameters())
+
+        def load_weights(weights):
+            for name, tensor in weights:
+                self.loaded.append(name)
+                if name in params:
+                    params[name].data.copy_(tensor)
+        model.load_weights = load_weights
+        return model
 
     def sleep(self, level):
         self.calls.append(f"sleep{level}")
