@@ -75,6 +75,13 @@ class Env:
         TCPO's fixed-history counterfactuals). Envs whose score depends on hidden state may not support it."""
         raise NotImplementedError(f"{type(self).__name__} cannot score an alternative turn")
 
+    def score_turn_at(self, turn: int, model_text: str):
+        """The score `model_text` would have got as turn `turn` (0-based) of the episode just played, without
+        changing the episode (TCPO's fixed-history counterfactuals). Here score_turn: an env whose score does not
+        depend on the world the earlier turns left (verify-and-refine envs). A stateful env (AppWorld) restores the
+        state saved before that turn instead, or returns None when it cannot (that turn gets no counterfactual)."""
+        return self.score_turn(model_text)
+
     @classmethod
     def dataset(cls, split: str, n: int, seed: int):
         """Rows of an env that generates its own data (arith); None for data-backed envs (math)."""

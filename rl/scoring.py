@@ -116,9 +116,10 @@ class Scorer:
         result.score = self.verifier.check_scalar(result.score, CORRECTNESS)
         return result
 
-    def score_alternative(self, env, text: str):
-        """The score `text` would get at env's current turn, or None (the env cannot say, or the call failed)."""
-        ok, value = self.verifier.run(env.score_turn, text)
+    def score_alternative(self, env, text: str, turn: int):
+        """The score `text` would have got as turn `turn` of env's episode, or None (the env cannot say, or the call
+        failed)."""
+        ok, value = self.verifier.run(env.score_turn_at, turn, text)
         return self.verifier.check_scalar(value, CORRECTNESS) if ok else None
 
     def trajectory_score(self, turn_scores: torch.Tensor) -> torch.Tensor:

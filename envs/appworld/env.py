@@ -48,12 +48,13 @@ class AppWorldEnv(Env):
             raise ValueError(f"AppWorld backend must be lite or remote (got {self.backend!r}) and "
                              f"score fraction or success (got {self.score_mode!r})")
         self.client, self.lease, self.task_id, self.result = None, None, None, None
+        self.lite, self.states = None, []  # the lite backend and its saved state before each turn (score_turn_at)
 
     # ---- episode lifecycle ----------------------------------------------------------------------------------------
     def _open(self):
         if self.backend == "lite":
             from envs.appworld.lite.backend import LiteBackend
-            self.client = LiteBackend()
+            self.client = self.lite = self.lite or LiteBackend()  # kept after close: the saved states need it
         else:
             from envs.appworld.client import RemoteClient, server_pool
             self.lease = server_pool(self.urls).acquire()
@@ -79,7 +80,7 @@ class AppWorldEnv(Env):
     def reset(self, sample: dict) -> list:
         self.close()
         self.task_id = str(sample.get("task_id") or sample["id"])
-        self.turn, self.result = 0, None
+        self.turn, self.result, self.states = 0, None, []
         self._open()
         try:
             task = self.client.initialize(self.task_id, self.experiment_name)
@@ -109,7 +110,9 @@ class AppWorldEnv(Env):
             raise
 
     def _step(self, model_text: str) -> StepResult:
-        code = extract_code(model_text)
+        code = self.code_of(model_text)
+        if self.backend == "lite":  # the world and the shell before this turn, for its counterfactual alternatives
+            self.states.append(self.client.save_state(self.task_id))
         output = NO_CODE if code is None else self.client.execute(self.task_id, code)
         self.turn += 1
         completed = self.client.task_completed(self.task_id)
@@ -124,6 +127,10 @@ class AppWorldEnv(Env):
         return StepResult(observation=[{"role": "user", "content": feedback}], score=score,
                           components={"correctness": score}, done=False, info=info)
 
+    def code_of(self, model_text: str):
+        """The cell a reply runs: its last ```python block, or None."""
+        return extract_code(model_text)
+
     def score(self, result: dict) -> float:
         if self.score_mode == "success":
             return float(bool(result["success"]))
@@ -135,9 +142,28 @@ class AppWorldEnv(Env):
         return text[:self.max_output_chars] + f"\n... [{len(text) - self.max_output_chars} more characters cut]"
 
     def score_turn(self, model_text: str):
-        """None: an alternative turn's score depends on the world as it was at that turn, which has moved on
-        (so TCPO's counterfactuals skip AppWorld turns instead of counting an error)."""
-        return
+        """The score `model_text` would get as the next turn of the live episode (None once it has ended)."""
+        return self.score_turn_at(self.turn, model_text)
+
+    def score_turn_at(self, turn: int, model_text: str):
+        """The score `model_text` would have got as turn `turn` (0-based) of the episode played: its cell runs in a
+        throw-away copy of the world and the shell as they were before that turn (saved by step), and the copy is
+        judged as step judges a turn; the episode itself is untouched, ended or not (TCPO's fixed-history
+        counterfactuals, rl/methods/tcpo_counterfactuals.py).
+
+        None on the remote backend (TCPO's counterfactuals skip those turns): AppWorld's server can save and load a
+        task's databases (save_state / load_state) but not its shell's variables, and only while the task's world is
+        still open on the server that played it, while credo closes an episode's world and hands its server back when
+        the episode ends (docs/appworld.md)."""
+        if self.lite is None or not 0 <= turn <= len(self.states):
+            return None
+        if turn < len(self.states):
+            state = self.states[turn]
+        elif self.client is not None:  # the live episode's next turn: its state now
+            state = self.lite.save_state(self.task_id)
+        else:
+            return None
+        return self.score(self.lite.try_cell(state, self.code_of(model_text)))
 
     # ---- data and metrics -----------------------------------------------------------------------------------------
     def episode_record(self) -> dict:

@@ -19,7 +19,7 @@ class StepContext:
     tokenizer: object
     reference: object = None      # the frozen reference engine (None when --beta 0 and no method asked for it)
     sampler: object = None        # the rollout's rl.rollout.samplers.Sampler (TCPO's counterfactuals generate with it)
-    score_alternative: object = None  # (env, text) -> the score text would get at env's current turn, or None
+    score_alternative: object = None  # (env, text, turn) -> the score text would have got as that turn, or None
     rank: int = 0
     world: int = 1
 

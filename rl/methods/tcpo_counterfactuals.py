@@ -62,8 +62,8 @@ def counterfactuals(engine, sampler, tokenizer, batch, score_fn, config, timings
     engine: the actor (the surprisal forward where the sampler recorded no log-probs); sampler: the run's sampler
     (rl/rollout/samplers.py), which draws the alternatives as it draws the rollout's turns.
 
-    score_fn(env, text) -> float | None scores an alternative at the env's turn without advancing it (None when
-    the env cannot, or the call failed: that turn gets no counterfactual).
+    score_fn(env, text, turn) -> float | None scores an alternative as turn `turn` of the env's episode without
+    changing it (None when the env cannot, or the call failed: that turn gets no counterfactual).
     """
     t0 = time.perf_counter()
     n, num_turns = batch.turn_scores.shape
@@ -95,7 +95,7 @@ def counterfactuals(engine, sampler, tokenizer, batch, score_fn, config, timings
     for j, (i, k) in enumerate(chosen):
         texts = [tokenizer.decode([t for t in alt if t not in eos])
                  for alt in alternatives[j * config.tcpo_cf_samples:(j + 1) * config.tcpo_cf_samples]]
-        scores = [score_fn(batch.envs[i], text) for text in texts]
+        scores = [score_fn(batch.envs[i], text, k) for text in texts]
         if any(s is None for s in scores):
             continue
         scores = torch.tensor(scores)

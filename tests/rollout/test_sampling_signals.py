@@ -118,7 +118,7 @@ def test_counterfactuals_choose_the_same_turns_and_scores_without_the_surprisal_
     args = run_args()
     batch = play(model, tok, {"logp"}, seed=1)
     sampler = make_sampler(args, model, tok)
-    score = lambda env, text: env.score_turn(text)  # noqa: E731
+    score = lambda env, text, turn: env.score_turn_at(turn, text)  # noqa: E731
     recorded = batch.signals
 
     batch.signals = None  # the old path: a no-grad forward for the surprisal

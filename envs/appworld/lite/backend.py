@@ -29,7 +29,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from envs.appworld.flags import CELL_TIMEOUT_VARIABLE
 from envs.appworld.lite import apps, jail, protocol
@@ -138,14 +138,17 @@ class LiteBackend:
             return None, f"the world host failed ({tail[0]})"
 
     def execute(self, task_id: str, code: str) -> str:
-        session = self._session(task_id)
+        return self._execute(self._session(task_id), code)
+
+    def _execute(self, session: Session, code: str) -> str:
         reason = unsafe_reason(code)
         if reason:
             return FAILED + reason
         with session.lock:
             if session.forfeit:
                 return FAILED + f"the task was forfeited ({session.forfeit}); nothing runs any more."
-            job = {"op": "execute", "task_id": task_id, "db": _b64(session.db), "variables": session.variables,
+            job = {"op": "execute", "task_id": session.task.task_id, "db": _b64(session.db),
+                   "variables": session.variables,
                    "definitions": session.definitions, "code": code, "timeout_s": self.timeout_s,
                    "memory_mb": self.memory_mb, "eval_timeout_s": self.eval_timeout_s}
             reply, why = self._host(job, self.timeout_s + self.eval_timeout_s + HOST_GRACE_S)
@@ -182,8 +185,11 @@ class LiteBackend:
         return dict(self._judged(task_id).evaluation)
 
     def _judged(self, task_id: str) -> Session:
+        return self._judge(self._session(task_id))
+
+    def _judge(self, session: Session) -> Session:
         """The session with its world judged (by the last cell's host, else by a host started for it now)."""
-        session = self._session(task_id)
+        task_id = session.task.task_id
         with session.lock:
             if session.evaluation is None:
                 job = {"op": "evaluate", "task_id": task_id, "db": _b64(session.db),
@@ -197,6 +203,31 @@ class LiteBackend:
 
     def close(self, task_id: str) -> None:
         self.sessions.pop(task_id, None)
+
+    # ---- saved states: TCPO's counterfactual alternatives (envs/appworld/env.py score_turn_at) -------------------
+    def save_state(self, task_id: str) -> Session:
+        """The task's session as it is now, as a copy that later cells of the episode do not change. A session is a
+        value (the world's bytes, the shell's pickles as text, its definitions' source), so this is the whole state
+        AppWorld's own save_state keeps and the shell's too (which AppWorld's load_state does not restore)."""
+        session = self._session(task_id)
+        with session.lock:
+            return _copy(session)
+
+    def try_cell(self, state: Session, code) -> dict:
+        """The evaluation of the world after `code` runs in a throw-away copy of `state` (code None: of `state` as it
+        is, as a turn without a code block gets). Nothing is kept: neither `state` nor any live session changes,
+        and the copy is dropped. The cell runs exactly as `execute` runs it (same host, sandbox and limits)."""
+        fork = _copy(state)
+        if code is not None:
+            self._execute(fork, code)
+        return dict(self._judge(fork).evaluation)
+
+
+def _copy(session: Session) -> Session:
+    """An independent session with the same state (bytes and strings are immutable; containers are copied)."""
+    return replace(session, variables=dict(session.variables), definitions=list(session.definitions),
+                   evaluation=None if session.evaluation is None else dict(session.evaluation),
+                   lock=threading.Lock())
 
 
 def _b64(data: bytes) -> str:
