@@ -27,8 +27,16 @@ GRAD_RTOL, LOSS_RTOL, PARAM_ATOL = 1e-5, 1e-5, 1e-4
 
 
 @pytest.fixture(scope="module")
-def results(tiny_model_dir, tmp_path_factory):
-    """Every combination's result, 1 rank (this process) and 2 ranks (one launch)."""
+def one_rank(tiny_model_dir):
+    """Every 1-rank combination's result, run in this process (and "start": the weights before)."""
+    with one_rank_process_group():
+        return layout_sweep.sweep(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tiny_model_dir, tmp_path_factory, one_rank):
+    """Every 2-rank combination's result, from one launch (a fixture of its own: each test's time limit covers one
+    of the two sweeps)."""
     out = str(tmp_path_factory.mktemp("layout") / "two_ranks.pt")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=REPO_ROOT, TOKENIZERS_PARALLELISM="false")
     proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "deepspeed"), "--num_gpus", "2",
@@ -36,10 +44,8 @@ def results(tiny_model_dir, tmp_path_factory):
                            out], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"STDOUT:\n{proc.stdout[-3000:]}\nSTDERR:\n{proc.stderr[-3000:]}"
     two = torch.load(out, weights_only=False)
-    with one_rank_process_group():
-        one = layout_sweep.sweep(tiny_model_dir)
-    torch.testing.assert_close(two.pop("start"), one["start"], rtol=0, atol=0)  # the same starting weights
-    return one, two
+    torch.testing.assert_close(two.pop("start"), one_rank["start"], rtol=0, atol=0)  # the same starting weights
+    return two
 
 
 def reference_name(agg: str) -> str:
@@ -62,34 +68,41 @@ def differences(got: dict, want: dict) -> list:
     return out
 
 
-def test_the_sweep_covers_every_layout(results):
-    one, two = results
-    names = {**one, **two}.keys() - {"start"}
+def broken_layouts(one: dict, results: dict) -> list:
+    """Every combination of `results` whose step differs from the reference's (in `one`) of its --loss_agg_mode,
+    with what differs."""
+    broken = []
+    for agg in LOSS_AGG_MODES:
+        want = one[reference_name(agg)]
+        assert float((want["params"] - one["start"]).abs().max()) > 5e-3, agg  # the step moved the weights
+        for name, got in results.items():
+            if name.endswith(f"loss_agg_mode={agg}"):
+                broken += [f"{name}: {d}" for d in differences(got, want)]
+    return broken
+
+
+def test_one_step_is_the_same_at_every_one_rank_layout(one_rank):
+    broken = broken_layouts(one_rank, {k: v for k, v in one_rank.items() if k != "start"})
+    assert not broken, "layouts that give another step than " + reference_name("...") + ":\n" + "\n".join(broken)
+
+
+def test_the_aggregation_modes_are_different_steps(one_rank):
+    """The comparison is per --loss_agg_mode because the modes are different objectives: their gradients differ."""
+    grads = [one_rank[reference_name(agg)]["grad"] for agg in LOSS_AGG_MODES]
+    for i in range(len(grads)):
+        for j in range(i + 1, len(grads)):
+            assert float((grads[i] - grads[j]).norm() / grads[j].norm()) > 1e-2, (LOSS_AGG_MODES[i], LOSS_AGG_MODES[j])
+
+
+def test_one_step_is_the_same_at_every_two_rank_layout(one_rank, two_ranks):
+    broken = broken_layouts(one_rank, two_ranks)
+    assert not broken, "layouts that give another step than " + reference_name("...") + ":\n" + "\n".join(broken)
+
+
+def test_the_sweep_covers_every_layout(one_rank, two_ranks):
+    names = {**one_rank, **two_ranks}.keys() - {"start"}
     assert len(names) == 2 * 3 * 2 * len(LOSS_AGG_MODES) + 3 * 3 * 2 * len(LOSS_AGG_MODES)  # 2 ranks: micro 1, 2
     for fragment in ("ranks=1", "ranks=2", "zero_stage=0", "zero_stage=2", "zero_stage=3", "(no accumulation)",
                      "(accumulation 4)", "micro_batch=1", "skip_zero_advantage_rows=on",
                      "skip_zero_advantage_rows=off", *(f"loss_agg_mode={agg}" for agg in LOSS_AGG_MODES)):
         assert any(fragment in name for name in names), fragment
-
-
-def test_one_step_is_the_same_at_every_layout(results):
-    one, two = results
-    start = one["start"]
-    every = {name: result for name, result in {**one, **two}.items() if name != "start"}
-    broken = []
-    for agg in LOSS_AGG_MODES:
-        want = every[reference_name(agg)]
-        assert float((want["params"] - start).abs().max()) > 5e-3, agg  # the step moved the weights
-        for name, got in every.items():
-            if name.endswith(f"loss_agg_mode={agg}"):
-                broken += [f"{name}: {d}" for d in differences(got, want)]
-    assert not broken, "layouts that give another step than " + reference_name("...") + ":\n" + "\n".join(broken)
-
-
-def test_the_aggregation_modes_are_different_steps(results):
-    """The comparison is per --loss_agg_mode because the modes are different objectives: their gradients differ."""
-    one = results[0]
-    grads = [one[reference_name(agg)]["grad"] for agg in LOSS_AGG_MODES]
-    for i in range(len(grads)):
-        for j in range(i + 1, len(grads)):
-            assert float((grads[i] - grads[j]).norm() / grads[j].norm()) > 1e-2, (LOSS_AGG_MODES[i], LOSS_AGG_MODES[j])
