@@ -25,3 +25,17 @@ def zero3_two_rank_run(tiny_model_dir, tmp_path_factory):
     assert proc.returncode == 0, \
         f"exit {proc.returncode}\nSTDOUT:\n{proc.stdout[-4000:]}\nSTDERR:\n{proc.stderr[-4000:]}"
     return out, proc, port
+
+
+@pytest.fixture(scope="session")
+def maestro_two_rank_run(tiny_model_dir, tmp_path_factory):
+    """One 10-step 2-rank MAESTRO run under the real launcher (tests.train.test_train_maestro.RUN; checkpoints at
+    steps 3, 6, 9 and 10, all kept), read by test_train_maestro (its first 3 steps and step 3's checkpoint) and by
+    test_runs_repeat (the first of the two runs it compares). (output folder, CompletedProcess)"""
+    from tests.train.test_train_maestro import RUN, SHARED_STEPS
+    out = str(tmp_path_factory.mktemp("maestro_2rank"))
+    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, *SHARED_STEPS],
+                     num_ranks=2)
+    assert proc.returncode == 0, \
+        f"exit {proc.returncode}\nSTDOUT:\n{proc.stdout[-4000:]}\nSTDERR:\n{proc.stderr[-4000:]}"
+    return out, proc

@@ -15,7 +15,7 @@ import pytest
 from rl.log.loggers import read_metrics
 from tests.helpers import REPO_ROOT, run_train, run_train_in_process
 from tests.train.test_train_deepspeed import TINY_RUN, assert_ok
-from tests.train.test_train_maestro import RUN as MAESTRO_RUN
+from tests.train.test_train_maestro import RUN as MAESTRO_RUN, SHARED_STEPS as MAESTRO_SHARED_STEPS
 
 pytestmark = pytest.mark.slow
 STEPS = ["--max_steps", "10", "--no_final_export"]
@@ -62,11 +62,13 @@ def test_a_one_rank_run_repeats_its_metrics(algo, tiny_model_dir, tmp_path):
     assert_same_metrics(first, second)
 
 
-def test_a_two_rank_maestro_run_repeats_its_metrics(tiny_model_dir, tmp_path):
-    """The Conductor's draws, its meta-updates (every 2 steps), the policy rewards and both ranks' gathers."""
-    outs = [str(tmp_path / name) for name in ("first", "second")]
-    for out in outs:
-        assert_ok(run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *MAESTRO_RUN, *STEPS],
-                            num_ranks=2))
+def test_a_two_rank_maestro_run_repeats_its_metrics(maestro_two_rank_run, tiny_model_dir, tmp_path):
+    """The Conductor's draws, its meta-updates (every 2 steps), the policy rewards and both ranks' gathers. The first
+    run is the session's shared one (tests/conftest.py maestro_two_rank_run, which test_train_maestro reads too)."""
+    first, _ = maestro_two_rank_run
+    second = str(tmp_path / "second")
+    assert_ok(run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", second, *MAESTRO_RUN,
+                         *MAESTRO_SHARED_STEPS], num_ranks=2))
+    outs = [first, second]
     assert_same_metrics(*outs)
     assert "conductor/meta_loss" in logged(outs[0])[1]  # the meta-update ran within the compared steps

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rl.log.loggers import read_metrics
-from tests.helpers import build_tiny_reward_model, run_train, run_train_in_process
+from tests.helpers import build_tiny_reward_model, run_train_in_process
 from tests.train.test_train_deepspeed import assert_ok
 
 pytestmark = pytest.mark.slow
@@ -16,15 +16,16 @@ RUN = ["--algo", "maestro", "--env", "mixed", "--num_generations", "4", "--per_d
        "--max_answer_seq_len", "12", "--temperature", "1.0", "--actor_learning_rate", "1e-3",
        "--maestro_update_interval", "2", "--maestro_lr", "1e-2", "--len_min", "4", "--len_max", "12"]
 REWARDS = ("fmt", "ppl", "ent", "len")  # pref is skipped without a reward model
+# the session's shared 2-rank run (tests/conftest.py maestro_two_rank_run): 10 steps for test_runs_repeat, whose
+# first 3 and step 3's checkpoint this file reads
+SHARED_STEPS = ["--max_steps", "10", "--no_final_export", "--save_steps", "3", "--save_total_limit", "4"]
 
 
-def test_maestro_trains_on_two_ranks_on_the_mixed_task(tiny_model_dir, tmp_path):
-    out = str(tmp_path)
-    proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *RUN, "--max_steps", "3",
-                      "--no_final_export"], num_ranks=2)
+def test_maestro_trains_on_two_ranks_on_the_mixed_task(maestro_two_rank_run):
+    out, proc = maestro_two_rank_run
     assert_ok(proc)
     assert "pref` reward is skipped" in proc.stdout + proc.stderr
-    rows = read_metrics(os.path.join(out, "metrics.jsonl"))
+    rows = read_metrics(os.path.join(out, "metrics.jsonl"))[:3]
     assert len(rows) == 3
     for row in rows:
         weights = [row[f"conductor/weight/{name}"] for name in REWARDS]
