@@ -43,6 +43,10 @@ class Env:
     default_prompt_key = "problem"    # --prompt_key
     default_answer_key = "answer"     # --answer_key
     default_eval_data = None          # eval.py --data_path and train.py --eval_data_path (a repo-relative file)
+    # step() may be called again on the same text after it raised a failure outside the response (an OSError, a dead
+    # worker: --reward_retries): true where step scores before it changes the episode; an env whose step acts on a
+    # world (AppWorld's cell) says False, so a half-done step is never played twice
+    step_retryable = True
 
     def __init__(self, verifier=None, prompt_key: str = "problem", answer_key: str = "answer", max_turns: int = 1,
                  **unused):

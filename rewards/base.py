@@ -156,10 +156,11 @@ class RewardCaller(RewardAccount):
         ok, value = self.run(self.fn, prompt, completion, sample)
         return self.check(value) if ok else 0.0
 
-    def run(self, fn, *args):
-        """Call fn(*args) under this caller's timeout, retry and counters. Returns (True, value) or (False, None)."""
+    def run(self, fn, *args, retry: bool = True):
+        """Call fn(*args) under this caller's timeout, retry (unless `retry` is False: a call that must not run twice)
+        and counters. Returns (True, value) or (False, None)."""
         status, value = self._attempt(fn, args)
-        retried = status == "infra" and self.retries > 0
+        retried = retry and status == "infra" and self.retries > 0
         if retried:
             logger.info("reward %s: %s; retrying once", self.name, value)
             status, value = self._attempt(fn, args)

@@ -109,8 +109,9 @@ class Scorer:
                             max_turns=s.max_turns, **s.env_settings)
 
     def safe_step(self, env, text: str) -> StepResult:
-        """env.step under the verifier's timeout and counters; a failure ends the episode with score 0."""
-        ok, result = self.verifier.run(env.step, text)
+        """env.step under the verifier's timeout and counters (retried after a failure outside the response only
+        where the env says its step can run twice: Env.step_retryable); a failure ends the episode with score 0."""
+        ok, result = self.verifier.run(env.step, text, retry=getattr(env, "step_retryable", True))
         if not ok:
             return StepResult(observation=[], score=0.0, done=True, info={"failed": True})
         result.score = self.verifier.check_scalar(result.score, CORRECTNESS)

@@ -37,6 +37,7 @@ GUIDE = """How to work:
 @register_env("appworld")
 class AppWorldEnv(Env):
     default_max_answer_seq_len = 512  # a cell of code per turn (credo's reading; the docs' recipes use it)
+    step_retryable = False  # a cell may have changed the world before a later call failed: never run it twice
     max_output_chars = 2000
     experiment_name = "credo"
 

@@ -103,3 +103,28 @@ def test_an_in_process_timeout_is_not_retried_its_thread_may_still_hold_the_epis
     caller = RewardCaller(None, "correctness", timeout_s=0.2)
     assert caller.run(lambda: attempts.append(1) or time.sleep(1), ) == (False, None)
     assert len(attempts) == 1 and caller.stats.timeouts == 1 and caller.stats.retried == 0
+
+
+def test_an_env_whose_step_acts_on_a_world_is_never_stepped_twice():
+    """AppWorld's step runs a cell that may change the world before a later call (evaluate) fails: its failure
+    outside the response ends the episode at score 0 instead of playing the cell again (Env.step_retryable)."""
+    from types import SimpleNamespace
+
+    from envs.appworld.env import AppWorldEnv
+    from rl.scoring import Scorer
+    assert AppWorldEnv.step_retryable is False
+
+    class WorldEnv:
+        step_retryable = False
+
+        def __init__(self):
+            self.cells = 0
+
+        def step(self, text):
+            self.cells += 1  # the world changed
+            raise ConnectionError("the world host went away after the cell ran")
+    env = WorldEnv()
+    scorer = SimpleNamespace(verifier=RewardCaller(None, "correctness"))
+    result = Scorer.safe_step(scorer, env, "print(1)")
+    assert (result.score, result.done, env.cells) == (0.0, True, 1)
+    assert (scorer.verifier.stats.retried, scorer.verifier.stats.infra) == (0, 1)
