@@ -36,6 +36,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from rewards.base import InfrastructureError
 from rewards.code_cases import NOT_RUN, VERDICTS, held_out_feedback, shown_feedback, stdin_verdict, test_kind
 from rewards.sandbox.bwrap import find_bwrap
 
@@ -115,8 +116,10 @@ def _run_job(job: dict, timeout_s: float) -> ExecResult:
     try:
         result = json.loads(proc.stdout.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError):
-        return ExecResult("killed", proc.returncode, "", f"sandbox runner failed: {proc.stderr[-2000:]}", 0.0,
-                          job["isolation"])
+        # The runner (the trusted supervisor outside the program's sandbox) wrote no verdict: a failure outside the
+        # response, retried once by the caller (--reward_retries); failing again, it is the response's and scores 0
+        raise InfrastructureError(f"the code sandbox's runner failed (exit {proc.returncode}): "
+                                  f"{proc.stderr[-2000:]}") from None
     return result
 
 

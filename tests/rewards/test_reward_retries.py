@@ -128,3 +128,20 @@ def test_an_env_whose_step_acts_on_a_world_is_never_stepped_twice():
     result = Scorer.safe_step(scorer, env, "print(1)")
     assert (result.score, result.done, env.cells) == (0.0, True, 1)
     assert (scorer.verifier.stats.retried, scorer.verifier.stats.infra) == (0, 1)
+
+
+def test_a_code_sandbox_runner_that_writes_no_verdict_is_a_failure_outside_the_response(tmp_path, monkeypatch):
+    """The runner is the trusted supervisor outside the program's sandbox: when it dies without a verdict the program
+    is not to blame (it was scored 0 as "killed" before), so the call is retried like a dead reward worker."""
+    import rewards.code as code
+    from rewards.base import is_infrastructure
+    broken = tmp_path / "runner.py"
+    broken.write_text("import sys\nsys.stderr.write('runner crashed\\n')\nsys.exit(3)\n")
+    monkeypatch.setattr(code, "_RUNNER", str(broken))
+    monkeypatch.setattr(code, "_checked", lambda isolation: isolation)  # the isolation probe uses the same runner
+    with pytest.raises(InfrastructureError, match="exit 3") as failure:
+        code.run_tests("def f():\n    return 1\n", ["assert f() == 1"])
+    assert is_infrastructure(failure.value)
+    caller = RewardCaller(None, "correctness")
+    assert caller.run(code.run_tests, "def f():\n    return 1\n", ["assert f() == 1"]) == (False, None)
+    assert (caller.stats.retried, caller.stats.infra, caller.stats.failures) == (1, 1, 1)
