@@ -1,11 +1,10 @@
 """TCPO's counterfactual alternatives on AppWorld: a turn re-played from the world and the shell saved before it
 (AppWorldEnv.score_turn_at) scores as a fresh episode replaying the same history scores it, and the episode itself is
 left as it was. The launch that gets counterfactuals out of a TCPO run is in test_appworld_train.py."""
-import pytest
 
 from envs import make_env
 from envs.appworld.lite.tasks import PRELUDE, load_task
-from envs.appworld.server import serve_in_thread
+from tests.envs.test_appworld_http import server_url  # noqa: F401 (the same fixture: a server in a thread)
 
 TASK = "messages_text_relationship_1"  # 4 checks: the seed passes 3 (nobody texted yet), the solution passes all
 SOLUTION = load_task(TASK).solution[1]  # needs `tokens` and `all_pages` from the PRELUDE cell, and completes the task
@@ -65,14 +64,6 @@ def test_scoring_alternatives_leaves_the_live_episode_and_its_saved_states_as_th
     turn = env.step("Let me think first.")  # had an alternative leaked, the task would be complete and this done
     assert (turn.score, turn.done) == (0.75, False)
     assert env.step(fenced(SOLUTION)).score == 1.0  # the live shell still has the tokens turn 0 made
-
-
-@pytest.fixture()
-def server_url():
-    server, url = serve_in_thread()
-    yield url
-    server.shutdown()
-    server.server_close()
 
 
 def test_the_remote_backend_gives_no_alternative_scores(server_url):

@@ -5,23 +5,15 @@ must fail here too."""
 import glob
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from rewards.code import execute, run_tests
+from tests.rewards.test_sandbox_hostile import concurrently
 
 LIMITS = dict(timeout_s=3.0, memory_mb=128, max_processes=16)
 SUM = "print(sum(map(int, input().split())))\n"
 SUM_TESTS = [{"stdin": "1 2\n", "stdout": "3\n"}, {"stdin": "5 5\n", "stdout": "10\n"}]
-
-
-def concurrently(first, second, delay_s=0.4):
-    with ThreadPoolExecutor(2) as pool:
-        a = pool.submit(first)
-        time.sleep(delay_s)
-        b = pool.submit(second)
-        return a.result(), b.result()
 
 
 KEEP_AND_RECALL = """
