@@ -26,3 +26,5 @@ def main(argv=None):
 
 if __name__ == "__main__":
     main()
+    from rl.engine.dist import exit_after_success
+    exit_after_success()  # a failure exits above, through sys.exit or an exception

@@ -15,8 +15,9 @@ is checked first and refused with a clear message; without one a free port is pi
 A lost rank is not a success. When DeepSpeed's per-node launch process dies of a signal (SIGKILL, the OOM killer),
 `deepspeed` exits 0 (its runner passes on only positive exit codes) while the orphaned ranks train on, unless they
 stop themselves (train.py's do: rl/run/launch_ranks.stop_with_launcher). Here the ranks are watched while they run
-and this process adopts orphans (a child subreaper); a rank still running when the launcher has exited is named,
-stopped as a Ctrl-C stops it (it finishes its step and saves), and the exit code is 1.
+and this process adopts orphans (a child subreaper); a rank that outlived the launcher (still running, or already
+stopped by itself and adopted here) is named, stopped as a Ctrl-C stops it (it finishes its step and saves), and the
+exit code is 1.
 
 Single node only for the signal forwarding (remote ranks under pdsh are signalled by DeepSpeed's own handler, so a
 `--hostfile` launch gets the signal forwarded to the launcher instead).
@@ -148,7 +149,7 @@ def main(argv: list) -> int:
             break
         except subprocess.TimeoutExpired:
             watch.poll()
-    orphans = watch.still_running()
+    orphans = watch.outlived_launch()
     if orphans:
         forward.ranks = lambda: [proc for proc, _ in orphans]
         forward.signals = max(forward.signals, 1)  # they are being stopped: the next Ctrl-C kills

@@ -56,6 +56,31 @@ def shutdown():
         torch.distributed.destroy_process_group()
 
 
+def exit_after_success():
+    """End a finished run's process without interpreter finalisation: what a normal exit runs first still runs
+    (non-daemon threads joined, atexit handlers: reward workers killed, logging flushed, temporary folders removed),
+    then os._exit(0). Destroying the process group before the exit (shutdown above) was not enough: a rank of a run
+    that had finished and saved still aborted at exit with "terminate called without an active exception" (exit -6,
+    so `deepspeed` exited non-zero), in session 7's test_resume and in CI's test_tcpo_on_math_runs_on_two_ranks on
+    2026-12-06 (not reproduced here in 12 runs). The likely cause is C++ objects (gloo's, still referenced by DeepSpeed)
+    destroyed while the interpreter is torn down (pytorch#179291); skipping finalisation skips that whatever holds
+    them. Called only from train.py's and eval.py's `__main__`, never from main(), which tests run in pytest's own
+    process."""
+    import atexit
+    import sys
+    import threading
+    for thread in threading.enumerate():  # a normal exit first waits for the non-daemon threads, then runs atexit
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()  # files are closed by their `with` blocks already
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing left to keep
+            pass
+    os._exit(0)
+
+
 def _destroy_vllm_groups():
     """A colocated vLLM engine (--rollout_backend vllm) made process groups of its own under the world group. Its
     exit-time finalizer destroys them, and after the world group is gone that raises `ValueError: Invalid process

@@ -66,6 +66,22 @@ class RankWatch:
                 pass
         return alive
 
+    def outlived_launch(self) -> list:
+        """[(process, "rank N")] of the seen ranks that outlived their launch process: still running, or exited and
+        adopted by this process (a zombie whose parent is now us, after become_subreaper). A launch process that
+        ends normally has reaped its ranks first, so neither kind is left after a finished run. The adopted ones
+        matter because a rank armed by stop_with_launcher stops by itself (saves, exits 0), often before the
+        launcher's own exit is seen: still_running() alone then missed the lost launch."""
+        lost = []
+        for proc, name in self.seen.values():
+            try:
+                zombie = proc.status() == psutil.STATUS_ZOMBIE
+                if proc.is_running() and (not zombie or proc.ppid() == os.getpid()):
+                    lost.append((proc, name))
+            except psutil.NoSuchProcess:
+                pass
+        return lost
+
 
 def _prctl(option: int, value: int) -> bool:
     """Linux prctl(2); False where there is none (the callers then do without)."""

@@ -114,3 +114,34 @@ def test_without_a_process_group_helpers_pass_values_through():
     t = torch.tensor([2.0, 5.0])
     assert not dist.is_dist()
     assert dist.all_reduce(t) is t and dist.all_gather_cat(t) is t and dist.all_gather_object(3) == [3]
+
+
+EXITING_CHILD = r"""
+import atexit, sys, threading, time
+from rl.engine.dist import exit_after_success
+out = sys.argv[1]
+atexit.register(lambda: open(out + ".atexit", "w").write("ran"))
+def late_writer():
+    time.sleep(0.5)
+    open(out + ".thread", "w").write("done")
+threading.Thread(target=late_writer).start()  # non-daemon: a normal exit waits for it
+sys.stdout.write("done: buffered, no newline")  # stdout is a pipe here: block-buffered
+exit_after_success()
+raise SystemExit("not reached")
+"""
+
+
+def test_exit_after_success_keeps_what_a_normal_exit_does_and_exits_zero(tmp_path):
+    """train.py's and eval.py's exit after a finished run skips interpreter finalisation (where a rank aborted with
+    'terminate called without an active exception') but still joins threads, runs atexit handlers (the reward
+    workers' killer among them) and flushes what was printed."""
+    import subprocess
+    import sys
+    from tests.helpers import REPO_ROOT
+    out = str(tmp_path / "mark")
+    proc = subprocess.run([sys.executable, "-c", EXITING_CHILD, out], capture_output=True, text=True, cwd=REPO_ROOT,
+                          env={**os.environ, "PYTHONPATH": REPO_ROOT}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.endswith("done: buffered, no newline")  # (DeepSpeed prints its accelerator line first)
+    assert open(out + ".atexit").read() == "ran"
+    assert open(out + ".thread").read() == "done"
