@@ -57,14 +57,7 @@ class RankWatch:
 
     def still_running(self) -> list:
         """[(process, "rank N")] of the seen ranks that have not exited (a zombie has)."""
-        alive = []
-        for proc, name in self.seen.values():
-            try:
-                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-                    alive.append((proc, name))
-            except psutil.NoSuchProcess:
-                pass
-        return alive
+        return self._select(lambda proc, zombie: not zombie)
 
     def outlived_launch(self) -> list:
         """[(process, "rank N")] of the seen ranks that outlived their launch process: still running, or exited and
@@ -72,15 +65,17 @@ class RankWatch:
         ends normally has reaped its ranks first, so neither kind is left after a finished run. The adopted ones
         matter because a rank armed by stop_with_launcher stops by itself (saves, exits 0), often before the
         launcher's own exit is seen: still_running() alone then missed the lost launch."""
-        lost = []
+        return self._select(lambda proc, zombie: not zombie or proc.ppid() == os.getpid())
+
+    def _select(self, keep) -> list:
+        chosen = []
         for proc, name in self.seen.values():
             try:
-                zombie = proc.status() == psutil.STATUS_ZOMBIE
-                if proc.is_running() and (not zombie or proc.ppid() == os.getpid()):
-                    lost.append((proc, name))
-            except psutil.NoSuchProcess:
+                if proc.is_running() and keep(proc, proc.status() == psutil.STATUS_ZOMBIE):
+                    chosen.append((proc, name))
+            except psutil.NoSuchProcess:  # it was reaped while we looked
                 pass
-        return lost
+        return chosen
 
 
 def _prctl(option: int, value: int) -> bool:
