@@ -1,4 +1,4 @@
-"""API arguments that JSON carries but the world cannot store (envs/appworld/lite/apps.py's _check): the cell gets
+"""API arguments that JSON carries but the world cannot store (envs/appworld/lite/registry.py's _check): the cell gets
 an HTTP-style error like any other validation error, and the world host keeps serving. An int past SQLite's 64 bits
 crashed the host (issue 51: the cell's earlier effects were dropped and no reward error was counted)."""
 import math
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from envs.appworld.lite import apps
+from envs.appworld.lite import apps, registry
 from envs.appworld.lite.backend import LiteBackend
 from envs.appworld.lite.host import Deadline, answer
 from envs.appworld.lite.tasks import load_task
@@ -29,7 +29,7 @@ def login(world, app_name: str) -> str:
 def test_every_api_answers_every_hostile_argument_with_an_api_error_not_a_crash():
     """Each parameter of each API in turn gets each hostile value (the others valid, the token real), through
     host.answer as the host runs it: the reply is a value or a 4xx error, never an exception and never a 500."""
-    world = apps.World(load(load_task(TASK).db))
+    world = registry.World(load(load_task(TASK).db))
     tokens = {name: login(world, name) for name, a in apps.APPS.items() if "login" in a["apis"]}
     answered = 0
     for app_name, app in apps.APPS.items():
@@ -52,9 +52,9 @@ def test_every_api_answers_every_hostile_argument_with_an_api_error_not_a_crash(
     ("title", "\ud800", "valid Unicode text"), ("tags", ["ok", "b\udfff"], "valid Unicode text"),
 ])
 def test_what_sqlite_cannot_store_is_a_422_naming_the_parameter(name, bad, why):
-    world = apps.World(load(load_task(TASK).db))
+    world = registry.World(load(load_task(TASK).db))
     kwargs = {"access_token": login(world, "notes"), "note_id": 1, "title": "t", name: bad}
-    with pytest.raises(apps.ApiError, match=f"parameter '{name}' must be .*{re.escape(why)}") as raised:
+    with pytest.raises(registry.ApiError, match=f"parameter '{name}' must be .*{re.escape(why)}") as raised:
         world.call("notes", "update_note", kwargs)
     assert raised.value.status == 422
 
@@ -82,11 +82,11 @@ def test_a_cell_passing_a_huge_integer_gets_a_422_and_keeps_its_effects():
 def test_a_failure_inside_the_world_is_a_500_the_cell_sees_and_a_deadline_stays_a_timeout():
     """The backstop behind _check: whatever else a handler raises is answered (500), not a crashed host; a query
     cut off by the cell's deadline (the progress handler) ends the cell as a timeout, not as a 500."""
-    world = apps.World(load(load_task(TASK).db))
+    world = registry.World(load(load_task(TASK).db))
     world.conn.close()  # any query now raises sqlite3.ProgrammingError
     reply = answer(world, {"call": ["supervisor", "show_profile", {}]}, calls=1)
     assert reply["error"][0] == 500 and "ProgrammingError" in reply["error"][1], reply
-    world = apps.World(load(load_task(TASK).db))
+    world = registry.World(load(load_task(TASK).db))
     world.conn.set_progress_handler(lambda: 1, 1)  # past the deadline
     with pytest.raises(Deadline):
         answer(world, {"call": ["supervisor", "show_profile", {}]}, calls=1)

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 
-from envs.appworld.lite import apps, jail, protocol
+from envs.appworld.lite import apps, jail, protocol, registry
 from envs.appworld.lite.tasks import evaluate, load_task
 from envs.appworld.lite.world import load
 
@@ -81,7 +81,7 @@ def answer(world, message: dict, calls: int) -> dict:
         return {"error": [429, f"more than {MAX_CALLS} API calls in one cell"]}
     try:
         return {"ok": world.call(app, api, kwargs)}
-    except apps.ApiError as exc:
+    except registry.ApiError as exc:
         return {"error": [exc.status, exc.message]}
     except sqlite3.DatabaseError as exc:
         if "full" in str(exc):
@@ -97,7 +97,7 @@ def answer(world, message: dict, calls: int) -> dict:
 
 def internal_error(app: str, api: str, exc: Exception) -> dict:
     """A 500, as a web API answers its own failure: the cell sees it and the host keeps serving. Bad arguments get
-    a 422 from apps._check before any handler runs (tests/envs/test_appworld_host.py sweeps every API's every
+    a 422 from registry._check before any handler runs (tests/envs/test_appworld_host.py sweeps every API's every
     parameter with hostile values and allows no 500), so this is only the backstop that keeps the cell's earlier
     effects and a reward from being dropped by a crashed host."""
     return {"error": [500, f"internal error in {app}.{api}: {type(exc).__name__}: {str(exc)[:300]}"]}
@@ -216,7 +216,7 @@ def run_execute(job: dict, task) -> dict:
     conn.execute(f"PRAGMA max_page_count = {protocol.MAX_DB_BYTES // conn.execute('PRAGMA page_size').fetchone()[0]}")
     deadline = time.monotonic() + job["timeout_s"]
     conn.set_progress_handler(lambda: int(time.monotonic() > deadline), PROGRESS_OPS)
-    cell = CellRun(apps.World(conn), job).run()
+    cell = CellRun(registry.World(conn), job).run()
     kept = cell.status in ("ok", "error")
     if kept:
         conn.set_progress_handler(None, 0)
