@@ -20,7 +20,8 @@ for arm in $ARMS; do
     keep=experiments/results/archive/$ARCHIVE/$name
     if [ -f "$keep/metrics.jsonl" ]; then echo "meta_reward: $name archived, skipped"; continue; fi
     out=output/meta_reward/$ARCHIVE/$name
-    extra=""; [ "$arm" = centred ] && extra="--maestro_meta_reward centred"
+    extra=""; tag=""  # an `[ ] && ...` whose test fails would end the script under set -e in an assignment
+    if [ "$arm" = centred ]; then extra="--maestro_meta_reward centred"; tag=centred_; fi
     echo "meta_reward: $name -> $out"
     # shellcheck disable=SC2086
     deepspeed --num_gpus 1 train.py --env mixed --model_name_or_path .cache/models/SmolLM2-135M-Instruct \
@@ -35,7 +36,7 @@ for arm in $ARMS; do
     mkdir -p "$keep"
     gzip -c "$out/completions.jsonl" > "$keep/completions.jsonl.gz"
     cp "$out/config.json" "$out/metrics.jsonl" "$keep/"
-    result=experiments/results/mechanisms_${ARCHIVE}_$([ "$arm" = centred ] && echo centred_)seed$seed
+    result=experiments/results/mechanisms_${ARCHIVE}_${tag}seed$seed
     python -m experiments.mechanisms.maestro_meta_reward "$keep" --results "$result"
   done
 done
