@@ -131,7 +131,7 @@ def test_a_sigkill_during_best_saves_leaves_best_a_complete_model(tiny_model_dir
             os.kill(saver, signal.SIGKILL)
             line = "saved"
             while not line.startswith("reaped"):  # (after the saves it printed before it died)
-                line = read_line_within(forker, 120, saver)
+                line = read_line_within(forker, 240, saver)
                 assert line, "the forking process died"
             step = assert_best_is_complete(out)
             assert step >= last + kill_after  # resumed from the best it found: nothing went backwards
