@@ -26,7 +26,7 @@ from rl.rollout.data import DataError, load_rows
 from rl.rollout.data_files import check_data_path
 from rl.rollout.episode_end import check_env_supports
 from rl.rollout.samplers import DECODE_LOOPS, make_sampler
-from rl.rollout.vllm.backend import add_vllm_engine_flags, validate_rollout_backend
+from rl.rollout.vllm.flags import add_vllm_engine_flags, validate_rollout_backend
 from rl.run.saved_config import default_output_dir
 from rl.eval.evaluation import EvalSettings, aggregate, evaluate, markdown_table, model_label, setting_differences
 from rl.engine.models import DEFAULT_MODEL_DIR, load_tokenizer
@@ -145,7 +145,7 @@ EVAL_VLLM_FIXED = dict(vllm_tensor_parallel_size=1, vllm_sleep_level=0, vllm_is_
 
 
 def validate_vllm(args, bad):
-    """--rollout_backend vllm: train.py's checks of the same flags (rl.rollout.vllm.backend.validate_rollout_backend)."""
+    """--rollout_backend vllm: train.py's checks of the same flags (rl.rollout.vllm.flags.validate_rollout_backend)."""
     if args.rollout_backend != "vllm":
         return
     vars(args).update(EVAL_VLLM_FIXED)

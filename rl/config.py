@@ -28,7 +28,7 @@ from rl.rollout.data_files import check_data_path
 from rl.rollout.dynamic_sampling import add_dynamic_sampling_flags, validate_dynamic_sampling
 from rl.rollout.episode_end import add_episode_flags, check_env_supports, resolve_episode_end, validate_episodes
 from rl.rollout.samplers import add_sampling_flags, validate_sampling
-from rl.rollout.vllm.backend import add_vllm_flags, validate_rollout_backend
+from rl.rollout.vllm.flags import add_vllm_flags, validate_rollout_backend
 from rl.run.start import add_run_flags, validate_run
 from rl.scoring import add_policy_reward_flags, add_reward_flags, validate_rewards
 from rl.update.length_shaping import add_length_shaping_flags, validate_length_shaping

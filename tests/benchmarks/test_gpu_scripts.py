@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 import rl.methods
-import rl.rollout.vllm.backend
+import rl.rollout.vllm.flags
 from rl.config import build_parser, parse_args
 from tests.helpers import REPO_ROOT
 
@@ -110,7 +110,7 @@ def test_bad_arguments_print_usage_and_fail(args, fragment):
 def test_every_launcher_command_passes_validation(deployment, method, model, tmp_path, monkeypatch):
     """The launcher as shipped (vLLM rollouts, the default hub model id, MATH train); vLLM's availability assumed."""
     monkeypatch.chdir(REPO_ROOT)  # the launchers cd there; DATA is relative to it
-    monkeypatch.setattr(rl.rollout.vllm.backend, "vllm_unavailable_reason", lambda: None)
+    monkeypatch.setattr(rl.rollout.vllm.flags, "vllm_unavailable_reason", lambda: None)
     args = parse_args(launcher_command(deployment, method, model, tmp_path))
     assert args.algo == method and args.model_name_or_path == MODELS[model] and args.rollout_backend == "vllm"
 
@@ -126,7 +126,7 @@ def test_every_launcher_command_passes_validation_with_hf_rollouts(deployment, m
 
 def test_without_vllm_here_the_availability_check_is_the_only_refusal(tmp_path, monkeypatch):
     monkeypatch.chdir(REPO_ROOT)
-    reason = rl.rollout.vllm.backend.vllm_unavailable_reason()
+    reason = rl.rollout.vllm.flags.vllm_unavailable_reason()
     argv = launcher_command("single_node", "maestro", "qwen3-4b", tmp_path)
     if reason is None:  # a machine that can run vLLM
         parse_args(argv)
@@ -151,7 +151,7 @@ def test_dara_toolcall_recipe_passes_validation_for_every_arm(arm, monkeypatch):
     """GDPO's released tool-calling batch (512 prompts x 4 responses, mini-batches of 128) on the pre-registered
     rewards; vLLM's availability assumed as for the other launchers."""
     monkeypatch.chdir(REPO_ROOT)
-    monkeypatch.setattr(rl.rollout.vllm.backend, "vllm_unavailable_reason", lambda: None)
+    monkeypatch.setattr(rl.rollout.vllm.flags, "vllm_unavailable_reason", lambda: None)
     proc = toolcall_recipe(arm, "qwen2.5-1.5b", SEED="2")
     assert proc.returncode == 0, proc.stderr
     launcher, argv = train_argv(proc.stdout)

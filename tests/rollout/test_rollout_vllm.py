@@ -255,7 +255,7 @@ def test_each_request_asks_vllm_for_no_more_than_its_window_holds():
 
 def test_a_too_small_vllm_window_is_refused_at_parse_time_naming_the_flags(tiny_model_dir, monkeypatch):
     from rl.config import parse_args
-    monkeypatch.setattr("rl.rollout.vllm.backend.vllm_unavailable_reason", lambda: None)
+    monkeypatch.setattr("rl.rollout.vllm.flags.vllm_unavailable_reason", lambda: None)
     argv = ["--model_name_or_path", tiny_model_dir, "--rollout_backend", "vllm", "--max_prompt_seq_len", "64",
             "--max_answer_seq_len", "16", "--max_turns", "3", "--env", "tests.fixture_envs:DigitFractionEnv"]
     with pytest.raises(SystemExit, match="--vllm_max_model_len 100 cannot hold --max_prompt_seq_len 64 "
