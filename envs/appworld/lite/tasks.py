@@ -4,7 +4,8 @@ and a reference solution.
 A scenario is one task template; its tasks `<scenario>_<n>` (n = 1..3) instantiate it on differently seeded worlds,
 as AppWorld's scenarios do. Splits are by scenario (train 4 scenarios, dev 2, test 4) and every split has every
 difficulty it can. Checks are of two kinds, as in AppWorld's evaluators: what the task asked (the answer, the
-requested change) and no collateral damage (nothing else in the world changed). Everything here is invented.
+requested change) and no collateral damage (nothing else in the world changed), written with checks.py's helpers.
+Everything here is invented.
 """
 import json
 import random
@@ -13,8 +14,8 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import cache
 
+from envs.appworld.lite.checks import Ctx, answer_is, close, kept_rows, new_rows, q, unchanged_except
 from envs.appworld.lite.world import (
-    WORLD_TABLES,
     add_request,
     build_world,
     load,
@@ -56,15 +57,6 @@ class Task:
     checks: tuple        # ((name, fn(Ctx) -> bool), ...)
     solution: tuple      # reference solution: the code cells, in order
     db: bytes            # the seeded world
-
-
-@dataclass
-class Ctx:
-    """What a check sees: the world before and after, the answer given to complete_task, the supervisor's email."""
-    before: object
-    after: object
-    answer: object
-    me: str
 
 
 def scenario(name: str, difficulty: int, split: str):
@@ -109,41 +101,6 @@ def evaluate(task: Task, db: bytes, connect=load) -> dict:
     n = len(task.checks)
     return {"success": not failures, "pass_count": len(passes), "num_tests": n, "passes": passes,
             "failures": failures, "difficulty": task.difficulty}
-
-
-# ---- check helpers ------------------------------------------------------------------------------------------------
-def answer_is(expected):
-    def check(c):
-        if isinstance(expected, (int, float)):
-            try:
-                return abs(float(str(c.answer).replace("$", "").replace(",", "")) - expected) < 0.01
-            except ValueError:
-                return False
-        return str(c.answer).strip().casefold() == str(expected).strip().casefold()
-    return check
-
-
-def unchanged_except(*tables):
-    return lambda c: all(rows(c.before, t) == rows(c.after, t) for t in WORLD_TABLES if t not in tables)
-
-
-def new_rows(c, table: str) -> list:
-    old = set(c.before.execute(f"SELECT * FROM {table}").fetchall())
-    return [r for r in c.after.execute(f"SELECT * FROM {table}").fetchall() if r not in old]
-
-
-def kept_rows(c, table: str, where: str = "1", *args) -> bool:
-    """Every row of `table` matching `where` before is still there, unchanged."""
-    after = set(c.after.execute(f"SELECT * FROM {table}").fetchall())
-    return all(r in after for r in c.before.execute(f"SELECT * FROM {table} WHERE {where}", args).fetchall())
-
-
-def close(a, b) -> bool:
-    return abs(a - b) < 0.005
-
-
-def q(conn, sql, *args):
-    return conn.execute(sql, args).fetchall()
 
 
 # ---- scenarios ----------------------------------------------------------------------------------------------------
