@@ -4,6 +4,7 @@ import time
 import pytest
 
 from rewards.worker_pool import WorkerPool
+from tests.procs import alive
 
 HANGS, PRINTS, EXITS, CHILD = (("import", f"tests.fixture_rewards:{n}") for n in
                                ("hangs", "prints_then_scores", "exits_mid_call", "spawns_a_child_and_hangs"))
@@ -31,17 +32,9 @@ def test_a_timed_out_call_kills_the_processes_its_function_started(pool, tmp_pat
     assert pool.map([(3, ("p", "c", {"pid_file": pid_file}), {})])[0].status == "timeout"
     child = int(open(pid_file).read())
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and _alive(child):
+    while time.monotonic() < deadline and alive(child):
         time.sleep(0.05)
-    assert not _alive(child)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
+    assert not alive(child)
 
 
 def test_a_reward_that_prints_does_not_corrupt_the_replies(pool):
@@ -66,7 +59,7 @@ def test_workers_are_separate_processes_that_close_stops():
     pids = {o.value for o in p.map([(0, (), {})] * 2)}
     assert os.getpid() not in pids
     p.close()  # kills each worker's process group and reaps the worker before it returns
-    assert not any(_alive(int(pid)) for pid in pids)
+    assert not any(alive(int(pid)) for pid in pids)
 
 
 def test_workers_started_from_a_short_lived_thread_outlive_that_thread():
@@ -95,9 +88,9 @@ def test_a_worker_exits_when_its_trainer_is_killed(tmp_path):
     trainer.send_signal(signal.SIGKILL)
     trainer.wait()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _alive(worker):
+    while time.monotonic() < deadline and alive(worker):
         time.sleep(0.1)
-    assert not _alive(worker)
+    assert not alive(worker)
 
 
 def test_arguments_that_cannot_be_pickled_fail_that_call_only(pool):

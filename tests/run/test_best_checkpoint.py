@@ -16,6 +16,7 @@ from rl.run.best_checkpoint import BEST_LINK, RECORD, check_metric_name, is_bett
 from rl.config import parse_args
 from rl.log.loggers import read_metrics
 from tests.helpers import REPO_ROOT, run_train_in_process
+from tests.procs import process_state
 
 FIXTURE_ENV = "tests.fixture_envs:DigitFractionEnv"
 
@@ -81,18 +82,6 @@ def assert_best_is_complete(out: str):
     assert record == {"metric": "eval/pass@1", "value": float(record["step"]), "step": record["step"]}
     AutoModelForCausalLM.from_pretrained(link)  # weights and config complete
     return record["step"]
-
-
-def process_state(pid: int) -> str:
-    """The kernel's view of a process for a failure message: its state letter (D: in uninterruptible I/O) and where
-    it waits, or that it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-        with open(f"/proc/{pid}/wchan") as f:
-            return f"pid {pid} state {state}, waiting in {f.read() or '-'}"
-    except OSError:
-        return f"pid {pid} is gone"
 
 
 def read_line_within(forker, seconds: float, saver: int) -> str:

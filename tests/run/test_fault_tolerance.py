@@ -17,6 +17,7 @@ import torch
 
 from rl.run.checkpoint import latest_checkpoint
 from rl.log.loggers import read_metrics
+from tests.procs import alive, children, cmdline
 from tests.helpers import REPO_ROOT, ZERO3_TWO_RANK_RUN, free_port, run_train, run_train_in_process
 from tests.train.test_train_deepspeed import TINY_RUN, assert_ok
 
@@ -159,36 +160,6 @@ def test_a_nan_step_without_zero_changes_no_weight_and_the_next_step_trains(tiny
     assert rows[2]["actor/lr"] > 0  # the scheduler set the learning rate again after the skipped step
 
 
-def _children(pid: int) -> list:
-    """Processes whose parent is pid (from /proc)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        out.append(int(entry))
-            except (OSError, ValueError, IndexError):
-                pass
-    return out
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-
-
 def test_a_rank_orphaned_by_a_killed_launcher_saves_and_stops_so_the_run_continues(tiny_model_dir, tmp_path):
     """SIGKILL to DeepSpeed's launch process under plain `deepspeed`: the rank used to train on unseen, holding the
     output folder's lock. Now it gets SIGTERM from the kernel (rl/run/launch_ranks.py's stop_with_launcher, armed by
@@ -207,17 +178,17 @@ def test_a_rank_orphaned_by_a_killed_launcher_saves_and_stops_so_the_run_continu
         deadline = time.time() + 240
         while time.time() < deadline and not (os.path.exists(metrics) and read_metrics(metrics)):
             time.sleep(0.5)
-        launch = [p for p in _children(runner.pid) if "deepspeed.launcher.launch" in _cmdline(p)]
-        assert launch and len(_children(launch[0])) == 1, "no rank training under the launch process"
-        rank_pid = _children(launch[0])[0]
+        launch = [p for p in children(runner.pid) if "deepspeed.launcher.launch" in cmdline(p)]
+        assert launch and len(children(launch[0])) == 1, "no rank training under the launch process"
+        rank_pid = children(launch[0])[0]
         os.kill(launch[0], signal.SIGKILL)
         output, _ = runner.communicate(timeout=120)  # the rank holds the output pipe until it exits
         assert runner.returncode == 0  # DeepSpeed's runner: a launch killed by a signal reads as success
         assert "SIGTERM received" in output and "checkpoint saved" in output, output[-3000:]
         deadline = time.time() + 60
-        while _alive(rank_pid) and time.time() < deadline:
+        while alive(rank_pid) and time.time() < deadline:
             time.sleep(0.2)
-        assert not _alive(rank_pid), "the orphaned rank trains on"
+        assert not alive(rank_pid), "the orphaned rank trains on"
         last = read_metrics(metrics)[-1]["step"]
         assert latest_checkpoint(os.path.join(out, "checkpoints")) == f"step_{last}"
 
@@ -227,6 +198,6 @@ def test_a_rank_orphaned_by_a_killed_launcher_saves_and_stops_so_the_run_continu
         assert [r["step"] for r in read_metrics(metrics)][-1] == last + 1
     finally:
         for pid in [rank_pid, *launch, runner.pid]:
-            if pid is not None and _alive(pid):
+            if pid is not None and alive(pid):
                 os.kill(pid, signal.SIGKILL)
         runner.wait(timeout=30)

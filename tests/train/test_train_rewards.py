@@ -8,6 +8,7 @@ import pytest
 from rl.run.checkpoint import latest_checkpoint
 from rl.log.loggers import read_metrics
 from tests.helpers import REPO_ROOT, run_train, run_train_in_process
+from tests.procs import orphaned_workers
 from tests.train.test_train_deepspeed import TINY_RUN, assert_ok
 
 pytestmark = pytest.mark.slow
@@ -16,17 +17,7 @@ CALLS_PER_STEP = 8  # 2 prompts x 4 generations on the one rank
 
 def orphaned_reward_workers() -> list:
     """Reward worker processes of this checkout that outlived their trainer."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-            parent = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
-            cwd = os.readlink(f"/proc/{pid}/cwd")
-        except (OSError, ValueError, IndexError):
-            continue
-        if b"rewards.reward_worker" in cmdline and cwd == REPO_ROOT and parent != os.getpid():
-            found.append(int(pid))
-    return found
+    return orphaned_workers("rewards.reward_worker", REPO_ROOT, parent_to_skip=os.getpid())
 
 
 def test_a_reward_that_hangs_on_every_call_stops_the_run_as_down_and_train_py_exits(tiny_model_dir, tmp_path):
