@@ -7,6 +7,7 @@ the right. Only padding is added; every real token keeps its place relative to t
 import torch
 import torch.nn.functional as F
 
+from rl.rollout.sampling_signals import SamplingSignals
 from rl.types import Rollout
 
 LIST_FIELDS = ("completions", "samples", "envs", "conversations", "env_values", "prompts")
@@ -43,6 +44,7 @@ def join_rows(parts: list, pad_token_id: int) -> Rollout:
                 [v[i] for v, (_, rows) in zip(values, parts) for i in rows.tolist()])
     out.components = _named_columns([(b.components, rows) for b, rows in parts])
     out.reward_raw = _named_columns([(b.reward_raw, rows) for b, rows in parts])
+    out.signals = _signals(parts, width_r)
     return out
 
 
@@ -65,6 +67,26 @@ def _responses(parts, name, width_r, pad):
         raise ValueError(f"rollout field {name} is set in some rounds and not in others")
     return torch.cat([F.pad(v[rows.to(v.device)], (0, width_r - v.shape[1]), value=pad)
                       for v, (_, rows) in zip(values, parts)])
+
+
+def _signals(parts, width_r):
+    """The rounds' SamplingSignals (what the decode loop recorded) joined as their rows are: a signal only where every
+    round has it, and None when a round has none. Dropping them would make the rollout correction weigh nothing
+    (--vllm_is_correction reads the decode loop's log-probs) and TCPO / `ent` / the Conductor redo their forwards."""
+    values = [b.signals for b, _ in parts]
+    if any(v is None for v in values):
+        return None
+    out = SamplingSignals()
+    for name in ("logp", "entropy"):
+        if all(getattr(v, name) is not None for v in values):
+            setattr(out, name, torch.cat([F.pad(getattr(v, name)[rows.to(getattr(v, name).device)],
+                                                (0, width_r - getattr(v, name).shape[1]), value=0.0)
+                                          for v, (_, rows) in zip(values, parts)]))
+    if all(v.last_hidden is not None for v in values):
+        out.last_hidden = torch.cat([v.last_hidden[rows.to(v.last_hidden.device)] for v, (_, rows) in zip(values, parts)])
+    if all(v.prefixes is not None for v in values):
+        out.prefixes = [v.prefixes[i] for v, (_, rows) in zip(values, parts) for i in rows.tolist()]
+    return out
 
 
 def _named_columns(parts):

@@ -184,6 +184,9 @@ def ppo_update(engine, batch, settings: LossSettings, guard) -> UpdateTally:
     tally.rows = float(n)
     tally.rows_skipped = float(n - sum(len(mb.rows) for parts, _ in plan for mb in parts))
     sampler_logp = sampler_logprobs(batch)  # vLLM's or credo's decode loop's, for the gap and the correction
+    if settings.is_correction != "none" and sampler_logp is None:  # never a silently uncorrected step
+        raise RuntimeError(f"--vllm_is_correction {settings.is_correction}: this rollout carries no sampler "
+                           "log-probs (neither vLLM's nor the decode loop's), so the correction cannot be applied")
     high_entropy = None  # --top_entropy_quantile: Tensor[N, R] bool, the tokens that carry the policy gradient
     if settings.top_entropy_quantile < 1.0:
         high_entropy, tally.entropy_threshold = mini_batch_entropy_masks(

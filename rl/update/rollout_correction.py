@@ -112,11 +112,14 @@ class SamplerMismatch:
 
 def add_rollout_correction_flags(p):
     """The rollout correction's flags."""
-    g = p.add_argument_group("update: rollout correction (vLLM)")
+    g = p.add_argument_group("update: rollout correction (vLLM or credo's decode loop)")
     g.add_argument("--vllm_is_correction", choices=CORRECTIONS, default="none",
-                   help="importance sampling for the mismatch between vLLM's and the trainer's log-probs (TRL's "
-                        "vllm_importance_sampling_mode; docs/loss.md): token_truncate (TIS: each token's loss x "
-                        "min(exp(logp_trainer - logp_vllm), --vllm_is_cap); `tis` is its old name), token_mask "
+                   help="importance sampling for the mismatch between the sampler's and the trainer's log-probs "
+                        "(TRL's vllm_importance_sampling_mode; docs/loss.md); the sampler is vLLM or credo's decode "
+                        "loop (in bf16 its KV-cache decode rounds differently from the training forward), not "
+                        "--decode_loop hf_generate or the hybrid engine (they record no log-probs): token_truncate "
+                        "(TIS: each token's loss x min(exp(logp_trainer - logp_sampler), --vllm_is_cap); `tis` is "
+                        "its old name), token_mask "
                         "(a token whose ratio leaves [--vllm_is_cap_min, --vllm_is_cap] weighs 0), "
                         "sequence_truncate / sequence_mask (the same on the response's product of token ratios, "
                         "one weight per response; TRL's default is sequence_mask). Masked tokens keep their place in "
@@ -130,6 +133,9 @@ def add_rollout_correction_flags(p):
 
 
 def validate_rollout_correction(args, bad) -> None:
-    """The bounds (the backend check, that a correction needs --rollout_backend vllm, lives with the backend)."""
+    """The bounds (the backend check, that a correction needs a sampler that records log-probs, lives with the
+    backend: rl/rollout/vllm/flags.validate_rollout_backend)."""
+    if args.vllm_is_cap <= 0:
+        bad(f"--vllm_is_cap must be > 0, got {args.vllm_is_cap}")
     if args.vllm_is_cap_min is not None and not 0 <= args.vllm_is_cap_min < args.vllm_is_cap:
         bad(f"--vllm_is_cap_min {args.vllm_is_cap_min} must be >= 0 and below --vllm_is_cap {args.vllm_is_cap}")

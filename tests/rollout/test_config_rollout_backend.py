@@ -45,8 +45,15 @@ def test_vllm_accepted_where_cuda_and_vllm_exist(tiny_model_dir, monkeypatch):
     assert args.vllm_is_cap == 2.0 and args.vllm_sleep_level == 2
 
 
+def test_the_rollout_correction_runs_on_credos_decode_loop_which_records_the_samplers_log_probs(tiny_model_dir):
+    args = parse_args(["--model_name_or_path", tiny_model_dir, "--vllm_is_correction", "token_truncate"])
+    assert args.rollout_backend == "hf" and args.decode_loop == "credo" and args.vllm_is_correction == "token_truncate"
+
+
 @pytest.mark.parametrize("argv,fragment", [
-    (["--vllm_is_correction", "tis"], "needs --rollout_backend vllm"),
+    (["--vllm_is_correction", "tis", "--decode_loop", "hf_generate"], "--decode_loop hf_generate records none"),
+    (["--vllm_is_correction", "token_mask", "--enable_hybrid_engine"], "--enable_hybrid_engine records none"),
+    (["--vllm_is_correction", "tis", "--vllm_is_cap", "0"], "--vllm_is_cap must be > 0"),
     (["--dist_timeout_minutes", "0"], "--dist_timeout_minutes"),
     (["--rollout_backend", "vllm", "--vllm_gpu_memory_utilization", "1.5"], "--vllm_gpu_memory_utilization"),
     (["--rollout_backend", "vllm", "--vllm_tensor_parallel_size", "2", "--max_turns", "2"], "lockstep"),

@@ -111,3 +111,25 @@ def test_joined_rows_keep_their_tokens_and_their_log_probs(tiny_model_dir):
         assert joined.response_mask[i].sum() == mask.sum()
     assert joined.samples == [a.samples[0], a.samples[1], b.samples[1]]
     assert joined.components["correctness"].tolist() == [0.0, 1.0, 0.0]
+
+
+def test_joined_rows_keep_what_the_decode_loop_recorded_for_them():
+    """The rounds' sampling signals follow their rows (right-padded like every response-aligned field): the rollout
+    correction reads the decode loop's log-probs from them, and a dropped signal would leave it nothing to weigh."""
+    from rl.rollout.sampling_signals import SamplingSignals
+    a, b = _rollout([[0, 1], [1, 1]], 0, 3, 6, seed=4), _rollout([[1, 0]], 2, 7, 2, seed=5)
+    for x, base in ((a, 10.0), (b, 20.0)):
+        rows = torch.arange(len(x))[:, None].float()
+        x.signals = SamplingSignals(logp=-(base + rows) * x.response_mask, entropy=(base + rows) * x.response_mask,
+                                    last_hidden=torch.full((len(x), 3), base) + rows)
+    joined = join_rows([(a, torch.tensor([0, 3])), (b, torch.tensor([1]))], PAD)
+    assert joined.signals.logp.shape == joined.response_mask.shape == (3, 6)
+    for i, (x, row) in enumerate([(a, 0), (a, 3), (b, 1)]):
+        mask = x.response_mask[row].bool()
+        assert torch.equal(joined.signals.logp[i][:mask.numel()][mask], x.signals.logp[row][mask])
+        assert torch.equal(joined.signals.entropy[i][:mask.numel()][mask], x.signals.entropy[row][mask])
+        assert torch.equal(joined.signals.last_hidden[i], x.signals.last_hidden[row])
+    assert joined.signals.logp[2, 2:].abs().sum() == 0  # b's rows are 2 wide: padding records nothing
+    assert joined.signals.prefixes is None
+    b.signals = None  # a round without signals: the joined rollout has none (a consumer then does its own forward)
+    assert join_rows([(a, torch.tensor([0])), (b, torch.tensor([1]))], PAD).signals is None

@@ -21,8 +21,8 @@ def filtered_two_rank_run(tiny_model_dir, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("filter_groups_2rank"))
     proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, "--env",
                       "tests.fixture_envs:HalfSilentEnv", "--max_answer_seq_len", "8", "--test_stop_step", "2",
-                      "--filter_groups", "--filter_groups_max_rounds", "0", "--no_final_export", *TINY], num_ranks=2,
-                     timeout=1800)
+                      "--filter_groups", "--filter_groups_max_rounds", "0", "--no_final_export", *TINY,
+                      "--dtype", "fp32", "--vllm_is_correction", "token_truncate"], num_ranks=2, timeout=1800)
     assert_ok(proc)
     return out
 
@@ -36,6 +36,17 @@ def test_no_zero_spread_group_reaches_the_update_and_the_batch_stays_full(filter
         assert r["filter_groups/drawn_groups"] == 4 * r["filter_groups/rounds"]
     assert sum(r["filter_groups/dropped_groups"] for r in rows) > 0  # the env did produce silent groups
     assert max(r["filter_groups/rounds"] for r in rows) > 1
+
+
+def test_the_decode_loops_log_probs_follow_each_kept_row_across_rounds_into_the_correction(filtered_two_rank_run):
+    """The rollout correction on credo's decode loop under dynamic sampling: the recorded log-probs of the rows kept
+    from several rounds reach the update aligned with them (fp32: the gap is float rounding; a row given another
+    round's or row's log-probs would be off by whole nats), and the truncation at the cap of 2 touches nothing."""
+    rows = read_metrics(os.path.join(filtered_two_rank_run, "metrics.jsonl"))
+    assert max(r["filter_groups/rounds"] for r in rows) > 1
+    for r in rows:
+        assert 0.0 <= r["rollout/logp_diff_mean"] <= r["rollout/logp_diff_max"] < 2e-5
+        assert r["rollout/is_truncated_frac"] == 0.0
 
 
 def test_both_ranks_ran_the_same_rounds_and_consumed_the_same_prompts(filtered_two_rank_run):

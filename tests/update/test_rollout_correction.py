@@ -124,10 +124,10 @@ def decoded(tiny_model_dir):
     return model, batch
 
 
-def update_gap(model, batch, temperature=0.7):
+def update_gap(model, batch, temperature=0.7, correction="none", cap=2.0, cap_min=None):
     s = LossSettings(micro=4, ppo_epochs=1, temperature=temperature, clip_ratio_low=0.2, clip_ratio_high=0.2,
                      clip_ratio_c=3.0, loss_agg_mode="token-mean", beta=0.0, kl_type="k3", norm_len=12,
-                     is_correction="none", is_cap=2.0)
+                     is_correction=correction, is_cap=cap, is_cap_min=cap_min)
     engine = AccumulatingEngine(model, torch.optim.SGD(model.parameters(), lr=0.0), gas=len(batch) // 4)
     return ppo_update(engine, batch, s, guard()).metrics(with_kl=False)
 
@@ -152,4 +152,24 @@ def test_the_gap_check_catches_a_sampler_trainer_disagreement(decoded):
         batch.signals.logp = torch.roll(recorded, 1, dims=1) * batch.response_mask
         assert update_gap(model, batch)["rollout/logp_diff_max"] > 100 * GAP_BOUND
     finally:
+        batch.signals.logp = recorded
+
+
+def test_the_correction_weighs_by_the_decode_loops_own_log_probs(decoded):
+    """--vllm_is_correction on credo's decode loop (no vLLM): its recorded log-probs are the sampler's. In fp32 they
+    agree with the trainer's, so even a token_mask of +-0.1% keeps every token; a sampler that put 1 nat less on each
+    token (ratio e per token) has every response dropped by sequence_mask."""
+    model, batch = decoded
+    assert update_gap(model, batch, correction="token_mask", cap=1.001, cap_min=0.999)["rollout/is_masked_frac"] == 0.0
+    signals, recorded = batch.signals, batch.signals.logp
+    try:
+        batch.signals.logp = (recorded - 1.0) * batch.response_mask
+        shifted = update_gap(model, batch, correction="sequence_mask", cap=2.0)
+        assert shifted["rollout/is_masked_frac"] == 1.0
+        assert shifted["rollout/logp_diff_mean"] == pytest.approx(1.0, abs=1e-4)
+        batch.signals = None  # a rollout without the sampler's log-probs: refused, never a silently uncorrected step
+        with pytest.raises(RuntimeError, match="no sampler log-probs"):
+            update_gap(model, batch, correction="token_truncate")
+    finally:
+        batch.signals = signals
         batch.signals.logp = recorded

@@ -58,8 +58,15 @@ def validate_rollout_backend(args, bad) -> None:
     if args.dist_timeout_minutes <= 0:
         bad(f"--dist_timeout_minutes must be > 0, got {args.dist_timeout_minutes}")
     if args.rollout_backend == "hf":
-        if args.vllm_is_correction != "none":
-            bad("--vllm_is_correction corrects vLLM's sampling log-probs and needs --rollout_backend vllm")
+        # credo's decode loop records the log-prob of every token it draws (rl/rollout/sampling_signals.py), so the
+        # correction applies there too (its bf16 KV-cache decode and the training forward round differently);
+        # transformers' generate and the hybrid engine record none: nothing to correct against.
+        no_logprobs = ("--enable_hybrid_engine" if getattr(args, "enable_hybrid_engine", False) else
+                       "--decode_loop hf_generate" if getattr(args, "decode_loop", "credo") != "credo" else None)
+        if args.vllm_is_correction != "none" and no_logprobs:
+            bad(f"--vllm_is_correction needs the sampler's own log-probs, and {no_logprobs} records none: use "
+                "--rollout_backend vllm, or credo's decode loop (--decode_loop credo, the default, without "
+                "--enable_hybrid_engine)")
         return
     if not 0 < args.vllm_gpu_memory_utilization < 1:
         bad(f"--vllm_gpu_memory_utilization must be in (0, 1), got {args.vllm_gpu_memory_utilization}")
@@ -68,8 +75,6 @@ def validate_rollout_backend(args, bad) -> None:
     if args.vllm_tensor_parallel_size > 1 and args.max_turns > 1:
         bad("--vllm_tensor_parallel_size > 1 needs every rank of a group to generate in lockstep; multi-turn "
             "episodes and TCPO counterfactuals generate a rank-dependent number of times: use 1")
-    if args.vllm_is_cap <= 0:
-        bad(f"--vllm_is_cap must be > 0, got {args.vllm_is_cap}")
     if args.vllm_max_model_len < 0:
         bad(f"--vllm_max_model_len must be >= 0, got {args.vllm_max_model_len}")
     if args.temperature > 2:
