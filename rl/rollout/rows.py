@@ -65,6 +65,11 @@ def _responses(parts, name, width_r, pad):
         return None
     if any(v is None for v in values):
         raise ValueError(f"rollout field {name} is set in some rounds and not in others")
+    return _padded_rows(values, parts, width_r, pad)
+
+
+def _padded_rows(values, parts, width_r, pad):
+    """Tensor[N, width_r]: each round's chosen rows of its Tensor[n, r] value, right-padded with pad."""
     return torch.cat([F.pad(v[rows.to(v.device)], (0, width_r - v.shape[1]), value=pad)
                       for v, (_, rows) in zip(values, parts)])
 
@@ -79,9 +84,7 @@ def _signals(parts, width_r):
     out = SamplingSignals()
     for name in ("logp", "entropy"):
         if all(getattr(v, name) is not None for v in values):
-            setattr(out, name, torch.cat([F.pad(getattr(v, name)[rows.to(getattr(v, name).device)],
-                                                (0, width_r - getattr(v, name).shape[1]), value=0.0)
-                                          for v, (_, rows) in zip(values, parts)]))
+            setattr(out, name, _padded_rows([getattr(v, name) for v in values], parts, width_r, 0.0))
     if all(v.last_hidden is not None for v in values):
         out.last_hidden = torch.cat([v.last_hidden[rows.to(v.last_hidden.device)] for v, (_, rows) in zip(values, parts)])
     if all(v.prefixes is not None for v in values):
