@@ -1,0 +1,28 @@
+"""experiments/dara_weights.py: which reward each DARA run up-weighted, read off its logged dara/* keys."""
+import pytest
+
+from experiments import dara_weights
+from tests.experiments.test_sweep_curves import _run
+
+
+def dara_row(w_format, w_think, binds=0.0, think_active=1.0):
+    return {"dara/w/tool_format": w_format, "dara/w/think_length": w_think, "dara/cap_binds/tool_format": binds,
+            "dara/cap_binds/think_length": 0.0, "dara/active_groups/tool_format": 2.0,
+            "dara/active_groups/think_length": think_active}
+
+
+def test_up_weighted_steps_mean_and_cap_per_run_and_reward_and_other_methods_skipped(tmp_path, capsys):
+    _run(tmp_path, "a", "dara-asym", 1, [dara_row(1.41, 1.0), dara_row(1.0, 1.73, think_active=0.0),
+                                         dara_row(5.0, 1.0, binds=1.0)])
+    _run(tmp_path, "b", "gdpo", 1, [{"reward/tool_format/mean": 0.5}] * 3)
+    dara_weights.main([str(tmp_path)])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 + 2  # header, rule, one row per reward of the one DARA run
+    assert "| dara-asym | 1 | tool_format | 2 of 3 | 2.470 | 5.00 | 1 | 3 |" in lines
+    assert "| dara-asym | 1 | think_length | 1 of 3 | 1.243 | 1.73 | 0 | 2 |" in lines
+
+
+def test_a_folder_without_dara_runs_is_refused_naming_it(tmp_path):
+    _run(tmp_path, "b", "gdpo", 1, [{"reward/tool_format/mean": 0.5}])
+    with pytest.raises(SystemExit, match=str(tmp_path)):
+        dara_weights.main([str(tmp_path)])
