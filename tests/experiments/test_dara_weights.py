@@ -16,7 +16,7 @@ def test_up_weighted_steps_mean_and_cap_per_run_and_reward_and_other_methods_ski
                                          dara_row(5.0, 1.0, binds=1.0)])
     _run(tmp_path, "b", "gdpo", 1, [{"reward/tool_format/mean": 0.5}] * 3)
     dara_weights.main([str(tmp_path)])
-    lines = capsys.readouterr().out.splitlines()
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
     assert len(lines) == 2 + 2  # header, rule, one row per reward of the one DARA run
     assert "| dara-asym | 1 | tool_format | 2 of 3 | 2.470 | 5.00 | 1 | 3 |" in lines
     assert "| dara-asym | 1 | think_length | 1 of 3 | 1.243 | 1.73 | 0 | 2 |" in lines
