@@ -22,7 +22,7 @@ from envs.toolcall import add_toolcall_env_flags
 from rewards.toolcall import add_length_budget_flag, exceed_and_joint
 from rl.config import CredoArgumentParser, HelpFormatter
 from rl.engine.models import is_local_model_path
-from rl.rollout.data import DataError, load_rows
+from rl.rollout.data import DataError, check_first_row, load_rows, validate_data_keys
 from rl.rollout.data_files import check_data_path
 from rl.rollout.episode_end import check_env_supports
 from rl.rollout.samplers import DECODE_LOOPS, make_sampler
@@ -130,10 +130,12 @@ def validate(args):
             if not os.path.exists(args.judge_model):
                 bad(f"--judge_model {args.judge_model} does not exist")
     args.env_cls = env_class_from_flags(args, bad)
+    validate_data_keys(args, args.env_cls, bad)
     resolve_env_defaults(args, args.env_cls, eval_data_flag="data_path",  # math: MATH-500 unless --data_path
                          fallback_max_prompt_seq_len=EVAL_MAX_PROMPT_SEQ_LEN)
     validate_vllm(args, bad)
     check_data_path(args, bad)
+    check_first_row(args, args.env_cls, bad)
     args.episode_end_given = args.episode_end
     check_env_supports(args, args.env_cls, bad)
 

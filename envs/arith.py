@@ -78,8 +78,19 @@ def make_arith_split(split: str, n: int, seed: int = 0) -> list:
     return partitioned_split("arith", _problem, arith_key, EVAL_SEED, split, n, seed)
 
 
+class OwnRowFields:
+    """For an env that reads its rows by fixed fields, `prompt` and `answer` (its own rows', and a --data_path row's):
+    --prompt_key / --answer_key name no field it reads, so they are refused where the flags are parsed
+    (rl/rollout/data.py's validate_data_keys, which names --env math for a user's own question/answer rows)."""
+    default_prompt_key, default_answer_key = "prompt", "answer"
+
+    @classmethod
+    def data_keys(cls, prompt_key: str, answer_key: str) -> tuple:
+        return ("prompt", "answer")
+
+
 @register_env("arith")
-class ArithEnv(VerifyAndRefineEnv):
+class ArithEnv(OwnRowFields, VerifyAndRefineEnv):
     """Ask the sum; score 1 when the final integer is right. With max_turns > 1, a wrong answer gets another try."""
 
     @classmethod

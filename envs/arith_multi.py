@@ -6,7 +6,7 @@ improvement and regression credit and MT-GRPO's turn advantages are about.
 """
 import random
 
-from envs.arith import _problem, held_out_split
+from envs.arith import OwnRowFields, _problem, held_out_split
 from envs.base import VerifyAndRefineEnv, register_env
 from rewards.arith_multi import MultiSumVerifier, parts_correct
 
@@ -33,7 +33,7 @@ def make_multi_split(split: str, n: int, seed: int = 0) -> list:
 
 
 @register_env("arith_multi")
-class ArithMultiEnv(VerifyAndRefineEnv):
+class ArithMultiEnv(OwnRowFields, VerifyAndRefineEnv):
     """Three sums per prompt; a turn's score is the fraction answered right (0, 1/3, 2/3 or 1). The feedback says
     how many parts are right, never which answers are expected."""
 

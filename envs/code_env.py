@@ -4,9 +4,10 @@ the pass rate; the feedback is the first failing test and how it failed, a held-
 Rows (envs/code_tasks.py reads each layout): MBPP style (`prompt`, `test_list`, optional `test_imports`, `code`),
 HumanEval style (`prompt` = a function stub, `test` defining check(candidate), `entry_point`), or LiveCodeBench's
 own (`question_content`, `starter_code`, `public_test_cases` / `private_test_cases` with stdin/stdout or functional
-tests, `metadata`). Train with e.g.
-`--env code --data_path data/mbpp/sanitized.jsonl --prompt_key prompt --answer_key test_list --max_turns 3`, or
-`--prompt_key question_content --answer_key public_test_cases` for LiveCodeBench rows.
+tests, `metadata`). Each layout is recognised by its own fields, so no --prompt_key / --answer_key is needed:
+`--env code --data_path data/mbpp/sanitized.jsonl --max_turns 3` (or data/humaneval/, or LiveCodeBench rows). A
+--prompt_key / --answer_key that names another field is required in every row, and --prompt_key names an MBPP or
+HumanEval row's task text.
 
 The first message gives what the tests call, as each benchmark's own prompt does (the model cannot guess a name):
 - MBPP: the sentence of Austin et al. 2021 (google-research/google-research mbpp/README.md), word for word,
@@ -82,13 +83,19 @@ class CodeVerifier:
 
 @register_env("code")
 class CodeEnv(VerifyAndRefineEnv):
-    # MBPP's fields (data/mbpp/sanitized.jsonl); HumanEval rows take --answer_key test. A function needs room.
+    # MBPP's fields (data/mbpp/sanitized.jsonl); other layouts are told apart by theirs. A function needs room.
     default_prompt_key, default_answer_key = "prompt", "test_list"
     default_max_answer_seq_len = 512
 
     @classmethod
     def make_verifier(cls, **kwargs):
         return CodeVerifier()
+
+    @classmethod
+    def data_keys(cls, prompt_key: str, answer_key: str) -> tuple:
+        """Only the fields the flags name beyond MBPP's own: each layout's fields are checked by check_row, so a
+        HumanEval or LiveCodeBench row needs no --prompt_key / --answer_key."""
+        return tuple(k for k in (prompt_key, answer_key) if k not in (cls.default_prompt_key, cls.default_answer_key))
 
     @classmethod
     def check_row(cls, location: str, row: dict) -> dict:

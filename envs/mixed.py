@@ -12,7 +12,7 @@ Both kinds are scored by a verifier (the number, or the boxed word), so success 
 import random
 import re
 
-from envs.arith import EVAL_SEED, make_arith_split
+from envs.arith import EVAL_SEED, OwnRowFields, make_arith_split
 from envs.base import SUCCESS_THRESHOLD, VerifyAndRefineEnv, register_env
 from rewards.arith import ArithVerifier
 
@@ -52,7 +52,7 @@ def make_mixed_split(split: str, n: int, seed: int = 0) -> list:
 
 
 @register_env("mixed")
-class MixedEnv(VerifyAndRefineEnv):
+class MixedEnv(OwnRowFields, VerifyAndRefineEnv):
     @classmethod
     def make_verifier(cls, **kwargs):
         return MixedVerifier()

@@ -23,7 +23,7 @@ from rl.eval.validation import add_validation_flags, validate_validation
 from rl.log.loggers import add_log_flags, add_logger_flags, validate_log
 from rl.methods import METHODS, method_class
 from rl.methods.base import add_advantage_flags
-from rl.rollout.data import add_data_flags
+from rl.rollout.data import add_data_flags, check_first_row, validate_data_keys
 from rl.rollout.data_files import check_data_path
 from rl.rollout.dynamic_sampling import add_dynamic_sampling_flags, validate_dynamic_sampling
 from rl.rollout.episode_end import add_episode_flags, check_env_supports, resolve_episode_end, validate_episodes
@@ -174,6 +174,7 @@ def validate(args) -> None:
 
     method = method_class(args.algo)
     env_cls = env_class_from_flags(args, bad)
+    validate_data_keys(args, env_cls, bad)  # before the env's defaults fill --prompt_key / --answer_key in
     resolve_env_defaults(args, env_cls, eval_data_flag="eval_data_path" if args.eval_steps else None)
     validate_rewards(args, method, bad)
     for cls in METHODS.values():  # a method's flags given under another --algo, and its resolved defaults
@@ -188,6 +189,7 @@ def validate(args) -> None:
     validate_step_guard(args, bad)
     validate_run(args, bad)
     check_data_path(args, bad)
+    check_first_row(args, env_cls, bad)  # a JSONL file's first row, as loading checks every row
     args.episode_end_given, args.episode_end = args.episode_end, resolve_episode_end(args.episode_end,
                                                                                      method.fixed_turns)
     check_env_supports(args, env_cls, bad)

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from envs import env_class
 from rl.rollout.data_files import DataError, data_paths, read_records
 
-__all__ = ["DataError", "DataSettings", "PromptStream", "check_row", "load_rows", "training_rows"]
+__all__ = ["DataError", "DataSettings", "PromptStream", "check_first_row", "check_row", "load_rows", "training_rows",
+           "validate_data_keys"]
 logger = logging.getLogger(__name__)
 
 
@@ -188,6 +189,54 @@ class PromptStream:
         self.position, self.consumed = state["position"], list(consumed)
 
 
+def reads_data_keys(env_cls) -> bool:
+    """Whether the env reads the fields --prompt_key / --answer_key name (math, code, a user's env), or fixed fields
+    of its own whatever they say (arith, arith_multi and mixed read `prompt` and `answer`; toolcall BFCL's)."""
+    probe = ("\0prompt", "\0answer")  # field names no row has: an env that reads the flags asks for them
+    return set(probe) <= set(env_cls.data_keys(*probe))
+
+
+USER_ROWS_HINT = ("for your own question/answer rows use --env math --prompt_key Q --answer_key A (math-verify compares "
+                  "the response's final answer with field A; README, \"Your own data, reward and env\")")
+
+
+def validate_data_keys(args, env_cls, bad) -> None:
+    """Refuse --prompt_key / --answer_key that the env would not read, naming the env that would; called before the
+    env's defaults fill them in (None: not given), so that the run stops here, not with a KeyError after the model
+    has loaded."""
+    if reads_data_keys(env_cls):
+        return
+    given = [f"--{flag} {getattr(args, flag)}" for flag in ("prompt_key", "answer_key")
+             if getattr(args, flag) is not None
+             and getattr(args, flag) not in env_cls.data_keys(args.prompt_key, args.answer_key)]
+    if given:
+        fields = " and ".join(repr(k) for k in env_cls.data_keys(None, None))
+        bad(f"--env {args.env} reads a row's {fields} fields whatever {' / '.join(given)} say"
+            f"{'' if args.data_path else ' (and makes its own rows without --data_path)'}: {USER_ROWS_HINT}")
+
+
+def check_first_row(args, env_cls, bad, data_flag: str = "data_path", split_flag: str = "data_split") -> None:
+    """The first row of a JSONL --data_path, checked as loading would check every row, where the flags are parsed
+    (a file read line by line costs nothing to peek at; other formats are checked when loaded). Not under
+    --skip_bad_rows, whose first row may be one to skip."""
+    path = getattr(args, data_flag, None)
+    if path is None or getattr(args, "skip_bad_rows", False):
+        return
+    first = data_paths(path)[0]
+    if not first.endswith((".jsonl", ".ndjson")):
+        return
+    for location, row, error in read_records(first, getattr(args, split_flag, "train")):
+        try:
+            if error is not None:
+                raise DataError(f"{location}: {error}")
+            check_row(location, row, env_cls.data_keys(args.prompt_key, args.answer_key))
+            env_cls.check_row(location, row)
+        except (DataError, ValueError) as exc:
+            hint = "" if reads_data_keys(env_cls) else f" (--env {args.env} reads fields of its own); {USER_ROWS_HINT}"
+            bad(f"--{data_flag}: {exc}{hint}")
+        return
+
+
 def add_data_flags(p):
     """The training data's flags (rl/config.py composes every room's)."""
     g = p.add_argument_group("data")
@@ -199,11 +248,12 @@ def add_data_flags(p):
                    help="split of a --data_path folder that has several (DatasetDict, HF dataset folder); a file is "
                         "read whole")
     g.add_argument("--prompt_key", default=None,
-                   help="field of a --data_path row holding the prompt (not needed when the env makes its own data); "
-                        "default: the env's (problem; code: prompt)")
+                   help="field of a --data_path row holding the prompt; default: the env's (math: problem). arith, "
+                        "arith_multi and mixed read `prompt` and refuse another; code tells MBPP, HumanEval and "
+                        "LiveCodeBench rows apart by their own fields")
     g.add_argument("--answer_key", default=None,
-                   help="field of a --data_path row holding the reference answer (not needed when the env makes its "
-                        "own data); default: the env's (answer; code: test_list)")
+                   help="field of a --data_path row holding the reference answer; default: the env's (math: answer; "
+                        "arith: answer, and no other)")
     g.add_argument("--num_train_samples", type=int, default=20000, help="rows drawn for arith's train split")
     g.add_argument("--skip_bad_rows", action="store_true",
                    help="skip malformed data rows (reporting how many) instead of stopping at the first")
