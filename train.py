@@ -15,8 +15,10 @@ def main(argv=None):
     from rl.errors import TrainingAborted
     from rl.trainer import Trainer
     from rl.engine import dist
+    from rl.run.start import discard_failed_start
     try:
-        Trainer(args).fit()
+        with discard_failed_start():  # a run that fails before its first step leaves no folder behind
+            Trainer(args).fit()
     except DataError as exc:
         sys.exit(f"train.py: error: bad training data: {exc}")
     except TrainingAborted as exc:

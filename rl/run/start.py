@@ -3,9 +3,12 @@ checkpoint of the same experiment, or finds its run already finished; record the
 
 Rank 0 decides (it holds the lock and reads the files) and every rank gets the same decision.
 """
+import contextlib
 import logging
 import os
+import shutil
 import socket
+import sys
 import uuid
 from dataclasses import dataclass
 
@@ -13,9 +16,9 @@ from rl.engine import dist
 from rl.run.checkpoint import ResumePoint, checkpoint_root, resolve_resume
 from rl.errors import TrainingAborted
 from rl.log.loggers import WandbSettings, report_backends
-from rl.run.saved_config import (DEFAULT_SAVE_STEPS, RunMismatch, SAVE_COST, acquire_output_lock, default_output_dir,
-                                flag_differences, machine_differences, method_flags, plain_flags, read_run_config,
-                                resolved_config, write_run_config)
+from rl.run.saved_config import (CONFIG_NAME, DEFAULT_SAVE_STEPS, LOCK_NAME, RunMismatch, SAVE_COST, acquire_output_lock,
+                                default_output_dir, flag_differences, machine_differences, method_flags, plain_flags,
+                                read_run_config, release_output_lock, resolved_config, write_run_config)
 
 logger = logging.getLogger(__name__)
 SAVE_STRATEGIES = ("steps", "final", "no")  # --save_strategy (TRL's names)
@@ -86,6 +89,7 @@ def start_run(args, steps: int, defaults: dict) -> RunStart:
 
 
 def _decide(args, steps: int, defaults: dict, world_size: int) -> RunStart:
+    created = not os.path.exists(args.output_dir)
     acquire_output_lock(args.output_dir)
     point = resolve_resume(args.resume, args.output_dir)
     current = plain_flags(args)
@@ -94,7 +98,13 @@ def _decide(args, steps: int, defaults: dict, world_size: int) -> RunStart:
     if point is not None and point.flags:
         saved, where = point.flags, point.path
     elif saved_config is not None and args.resume in ("auto", "force"):
-        saved, where = saved_config["flags"], os.path.join(args.output_dir, "config.json")
+        trained = trained_step_evidence(args.output_dir)
+        if trained is None:  # a run that stopped before its first step: no experiment to protect
+            print(f"reusing {args.output_dir}: the run recorded in its config.json (written "
+                  f"{saved_config.get('written_utc', 'at an unknown time')}) stopped before its first step, so this "
+                  f"run starts afresh there with its own flags", flush=True)
+        else:
+            saved, where = saved_config["flags"], os.path.join(args.output_dir, "config.json") + f" ({trained})"
     differences = flag_differences(saved, current, defaults) if saved is not None else []
     if differences and args.resume == "auto":
         raise RunMismatch(
@@ -119,7 +129,55 @@ def _decide(args, steps: int, defaults: dict, world_size: int) -> RunStart:
                            "as they should be, but not bit for bit as that machine would have trained them "
                            "(docs/reproducibility.md)", point.path, "; ".join(moved))
         write_run_config(args.output_dir, config)
+        _claimed.update(output_dir=args.output_dir, created=created)
     return RunStart(output_dir=args.output_dir, resume=point, finished=finished, flags=method_flags(current))
+
+
+# --- a failed start leaves nothing behind ---
+# A run that stops before its first step (a bad model path, a reward that fails on the first batch, an out-of-memory
+# load) has trained nothing: its folder must not make the fixed command look like "another experiment" (_decide
+# reuses such a folder), and a new folder per run (the default) must not pile up empty ones.
+
+_claimed = {}  # in the process that decided (rank 0): {"output_dir", "created": whether this start made the folder}
+
+
+def trained_step_evidence(output_dir: str):
+    """What in output_dir shows that a step was trained there (a checkpoint folder, a metrics row, an export), as
+    words; None when nothing does."""
+    checkpoints = checkpoint_root(output_dir)
+    if os.path.isdir(checkpoints) and os.listdir(checkpoints):
+        return "it holds checkpoints"
+    metrics = os.path.join(output_dir, "metrics.jsonl")
+    if os.path.exists(metrics) and os.path.getsize(metrics) > 0:
+        return "metrics.jsonl has trained steps"
+    for name in ("final", "hf", "best"):
+        if os.path.exists(os.path.join(output_dir, name)):
+            return f"it holds {name}/"
+    return None
+
+
+@contextlib.contextmanager
+def discard_failed_start():
+    """Around a run: when it raises before any step was trained, undo its claim on the output folder (train.py). A
+    folder this start created is removed whole (nothing in it came from elsewhere); in an existing folder only its
+    config.json and lock go, so the same or a corrected command starts afresh there."""
+    try:
+        yield
+    except BaseException:
+        output_dir, created = _claimed.pop("output_dir", None), _claimed.pop("created", False)
+        if output_dir is not None and trained_step_evidence(output_dir) is None:
+            release_output_lock(output_dir)
+            if created:
+                shutil.rmtree(output_dir, ignore_errors=True)
+                what = f"removed {output_dir}"
+            else:
+                for name in (CONFIG_NAME, LOCK_NAME):
+                    with contextlib.suppress(OSError):
+                        os.unlink(os.path.join(output_dir, name))
+                what = f"removed its {CONFIG_NAME} from {output_dir}"
+            print(f"the run stopped before its first step: {what} (nothing was trained; the command, or a "
+                  "corrected one, starts afresh)", file=sys.stderr, flush=True)
+        raise
 
 
 # --- shared output ---

@@ -133,7 +133,8 @@ def test_config_records_the_machine_and_a_resume_on_another_says_it_will_not_rep
 
 def test_a_run_that_never_saved_is_not_overwritten_by_another_experiment(tiny_model_dir, tmp_path):
     start_run(flags(tiny_model_dir, tmp_path), 5, parser_defaults())  # crashed before its first checkpoint
-    with pytest.raises(RunMismatch, match="config.json"):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')  # ... after training a step
+    with pytest.raises(RunMismatch, match="config.json .metrics.jsonl has trained steps"):
         start_run(flags(tiny_model_dir, tmp_path, "--top_p", "0.9"), 5, parser_defaults())
     start_run(flags(tiny_model_dir, tmp_path, "--top_p", "0.9", "--resume", "none"), 5, parser_defaults())
     assert read_run_config(str(tmp_path))["flags"]["top_p"] == 0.9
