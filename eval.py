@@ -4,10 +4,13 @@
     python eval.py --model_name_or_path MODEL --env math --data_path data/math500/test.jsonl --limit 50 \\
         --n 8 --k 1,4,8 --max_turns 3 --temperature 0.6 --top_p 0.95 --max_new_tokens 512 --output_dir out/eval
     python eval.py ... --compare out/eval_base/results.json                                      # side by side
+    python eval.py --model_name_or_path output/run/final --reward_funcs correctness,my_pkg.rewards:judge
     deepspeed --num_gpus 2 eval.py --model_name_or_path MODEL ...              # problems sharded over the ranks
 
 Writes OUTPUT_DIR/results.json ({"metrics", "config", "problems"}), OUTPUT_DIR/success_by_turn.png, and prints a
-markdown table. Metrics are fractions in [0, 1]; `--label L` also prints `L: X` with X = 100 x pass@1.
+markdown table. Metrics are fractions in [0, 1]; `--label L` also prints `L: X` with X = 100 x pass@1. The model is
+evaluated in the dtype it was trained in (--dtype model), named in every result; `--reward_funcs` adds each reward
+function's mean, reward/<name>/mean, as training logs it (rl/eval/eval_rewards.py).
 """
 import argparse
 import json
@@ -20,7 +23,7 @@ from envs import ENVS, env_class_from_flags
 from envs.base import EPISODE_ENDS, resolve_env_defaults
 from envs.toolcall import add_toolcall_env_flags
 from rewards.toolcall import add_length_budget_flag, exceed_and_joint
-from rl.config import CredoArgumentParser, HelpFormatter
+from rl.config import CredoArgumentParser, HelpFormatter, parser_defaults
 from rl.engine.models import is_local_model_path
 from rl.rollout.data import DataError, check_first_row, load_rows, validate_data_keys
 from rl.rollout.data_files import check_data_path
@@ -29,6 +32,7 @@ from rl.rollout.samplers import DECODE_LOOPS, make_sampler
 from rl.rollout.vllm.flags import add_vllm_engine_flags, validate_rollout_backend
 from rl.run.saved_config import default_output_dir
 from rl.eval.evaluation import EvalSettings, aggregate, evaluate, markdown_table, model_label, setting_differences
+from rl.eval.eval_rewards import EvalRewards, add_eval_reward_flags, run_config_of, validate_eval_rewards
 from rl.engine.models import DEFAULT_MODEL_DIR, load_tokenizer
 
 EVAL_MAX_PROMPT_SEQ_LEN = 1024  # --max_prompt_seq_len when the env declares no prompt length of its own
@@ -81,9 +85,11 @@ def build_parser():
                         "only by the engines' floating-point sums")
     add_vllm_engine_flags(p)  # train.py's, with its defaults
     p.add_argument("--seed", type=int, default=0, help="seed of sampling (rank r samples with seed + r)")
-    p.add_argument("--dtype", choices=("fp32", "bf16", "auto"), default="fp32",
-                   help="dtype the model is loaded in; auto: train.py's rule (bf16 on CUDA and where the CPU's bf16 matmul "
-                        "measured >= 1.25x fp32's speed, else fp32), printed at start (default fp32)")
+    p.add_argument("--dtype", choices=("model", "fp32", "bf16", "fp16", "auto"), default="model",
+                   help="dtype the model is evaluated in, printed with every result. model: the dtype it was trained "
+                        "and exported in (its run's config.json, else its own config's dtype, else fp32), so that a "
+                        "run's final/ scores as its job's own evaluation did; auto: train.py's rule (bf16 on CUDA and "
+                        "where the CPU's bf16 matmul measured >= 1.25x fp32's speed, else fp32) (default model)")
     p.add_argument("--output_dir", default=None,
                    help="results.json and success_by_turn.png go here; default: a new folder per evaluation, "
                         "output/eval_<env>_<UTC time>")
@@ -97,6 +103,7 @@ def build_parser():
     add_appworld_flags(p)
     add_toolcall_env_flags(p)
     add_length_budget_flag(p)  # DARA's math setting: Exceed and Joint
+    add_eval_reward_flags(p)  # --reward_funcs: each reward's mean, as training logs it
     return p
 
 
@@ -138,6 +145,7 @@ def validate(args):
     check_first_row(args, args.env_cls, bad)
     args.episode_end_given = args.episode_end
     check_env_supports(args, args.env_cls, bad)
+    validate_eval_rewards(args, bad, parser_defaults)
 
 
 # train.py's vLLM flags that eval.py fixes: one engine per rank (no tensor parallel), never asleep (no training
@@ -166,6 +174,45 @@ def eval_rows(args) -> list:
         if rows is None:
             raise SystemExit(f"eval.py: error: --env {args.env} needs --data_path")
     return rows[:args.limit]
+
+
+DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def trained_dtype(model_path: str) -> tuple:
+    """(dtype name, where it was read) for --dtype model: the training run's resolved dtype (its config.json's
+    machine record) for a run's export, else the dtype the model's own config records, else fp32."""
+    config, path = run_config_of(model_path)
+    if config is not None:
+        name = (config.get("machine") or {}).get("dtype") or config["flags"].get("dtype")
+        if name in DTYPE_NAMES.values():
+            return name, f"the training run's, {path}"
+    try:
+        from transformers import AutoConfig
+        hf = AutoConfig.from_pretrained(model_path)
+        name = DTYPE_NAMES.get(str(getattr(hf, "dtype", None) or getattr(hf, "torch_dtype", "")).replace("torch.", ""))
+    except (OSError, ValueError):
+        name = None
+    return (name, f"the model's own config, {model_path}") if name else ("fp32", "the model records no dtype")
+
+
+def resolve_dtype(args, device, rank: int):
+    """args.dtype resolved to fp32 / bf16 / fp16 (printed, with where it came from); the torch dtype."""
+    if args.dtype == "model":
+        args.dtype, why = trained_dtype(args.model_name_or_path)
+    elif args.dtype == "auto":
+        from rl.engine.hardware import auto_dtype_name
+        args.dtype, why = auto_dtype_name(device.type == "cuda")
+        why = f"--dtype auto -> {args.dtype}: {why}"
+    else:
+        why = f"--dtype {args.dtype}"
+    if rank == 0:
+        print(f"eval: dtype {args.dtype} ({why})", flush=True)
+        from rl.engine.hardware import cpu_bf16_matmul_isa
+        if args.dtype == "bf16" and device.type == "cpu" and not cpu_bf16_matmul_isa():
+            print("eval: WARNING: this CPU has no bf16 instructions, so bf16 is emulated and slow; --dtype fp32 is "
+                  "faster but may score differently from training", flush=True)
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.dtype, torch.float32)
 
 
 def init_ranks():
@@ -232,19 +279,17 @@ def main(argv=None):
         single_process_launcher_env()  # vLLM's external_launcher reads the launcher's variables, even for one rank
     torch.manual_seed(args.seed + rank)  # ranks sample independently
     tokenizer = load_tokenizer(args.model_name_or_path)
-    if args.dtype == "auto":
-        from rl.engine.hardware import auto_dtype_name
-        args.dtype, why = auto_dtype_name(device.type == "cuda")
-        if rank == 0:
-            print(f"eval: --dtype auto -> {args.dtype} ({why})", flush=True)
-    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    dtype = resolve_dtype(args, device, rank)
     model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, dtype=dtype).to(device).eval()
     t0 = time.perf_counter()
     rows = eval_rows(args)
     mine = list(range(rank, len(rows), world))  # problem i goes to rank i % world
     sampler = make_sampler(args, model, tokenizer)  # --rollout_backend, --decode_loop; greedy at --temperature 0
+    rewards = EvalRewards(args, args.n) if args.reward_names else None  # --reward_funcs, in worker processes
     problems = evaluate(sampler, tokenizer, [rows[i] for i in mine], EvalSettings.from_args(args),
-                        show_progress=rank == 0, indices=mine)
+                        show_progress=rank == 0, indices=mine, rewards=rewards)
+    if rewards is not None:
+        rewards.close()
     if world > 1:
         from rl.engine import dist
         gathered = {i: p for shard in dist.all_gather_object(list(zip(mine, problems))) for i, p in shard}
@@ -253,10 +298,12 @@ def main(argv=None):
         if rank != 0:
             return None
     metrics = aggregate(problems, args.ks, args.max_turns)
+    if rewards is not None:
+        metrics.update(rewards.metrics(problems))
     metrics.update(args.env_cls.eval_metrics([e for p in problems for e in p.get("episodes", [])]))
     if args.length_budget_tokens:
         metrics.update(budget_metrics(problems, tokenizer, args.length_budget_tokens, args.max_answer_seq_len))
-    config = {k: v for k, v in vars(args).items() if k not in ("env_cls",)}
+    config = {k: v for k, v in vars(args).items() if k not in ("env_cls", "reward_names", "reward_knobs")}
     config["seconds"] = time.perf_counter() - t0
     result = {"metrics": metrics, "config": config, "problems": problems}
     other, names = None, (model_label(args.model_name_or_path), "")
@@ -267,6 +314,7 @@ def main(argv=None):
         names = (names[0], model_label(compared.get("config", {}).get("model_name_or_path", args.compare)))
         if names[0] == names[1]:
             names = ("this run", args.compare)
+        names = (f"{names[0]} ({args.dtype})", f"{names[1]} ({compared.get('config', {}).get('dtype', 'dtype unknown')})")
         differences = setting_differences(config, compared.get("config", {}))
         if differences:
             print(f"WARNING: --compare {args.compare} was evaluated with other settings, so the columns are not "
@@ -276,14 +324,14 @@ def main(argv=None):
         print("judge (this run vs --compare): " + ", ".join(
             f"{k} {100 * result['judge'][f'judge/{k}']:.1f}% [{100 * result['judge'][f'judge/{k}_ci_low']:.1f}, "
             f"{100 * result['judge'][f'judge/{k}_ci_high']:.1f}]" for k in ("win", "tie", "loss")), flush=True)
-    print(markdown_table(metrics, other, names=names))
+    print(markdown_table(metrics, other, names=names, value=f"value ({args.dtype})"))
     os.makedirs(args.output_dir, exist_ok=True)  # rank 0 only: the other ranks returned above
     with open(os.path.join(args.output_dir, "results.json"), "w") as f:
         json.dump(result, f, indent=1)
     plot_success_by_turn(metrics, os.path.join(args.output_dir, "success_by_turn.png"))
     print(f"results: {os.path.join(args.output_dir, 'results.json')}", flush=True)
     if args.label:
-        print(f"{args.label}: {100 * metrics['pass@1']:.1f}", flush=True)
+        print(f"{args.label}: {100 * metrics['pass@1']:.1f} (dtype {args.dtype})", flush=True)
     return result
 
 

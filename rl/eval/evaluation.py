@@ -101,11 +101,13 @@ class EvalSettings:
 
 
 def evaluate(sampler, tokenizer, rows, settings: EvalSettings, show_progress: bool = True,
-             indices: list = None) -> list:
+             indices: list = None, rewards=None) -> list:
     """Play n episodes per problem with `sampler` (rl.rollout.samplers.make_sampler: greedy at temperature 0);
     return one record per problem with correct_by_turn and the responses.
 
     `indices` are the rows' positions in the whole eval set (a rank's shard), the default id of a row without one.
+    `rewards` (rl.eval.eval_rewards.EvalRewards, eval.py --reward_funcs) adds each sample's reward components under
+    "rewards".
     """
     from rl.rollout.episodes import EpisodeSettings, run_episodes  # here: the metrics above need no model stack
     indices = list(range(len(rows))) if indices is None else indices
@@ -127,7 +129,11 @@ def evaluate(sampler, tokenizer, rows, settings: EvalSettings, show_progress: bo
         envs = [settings.make_env(verifier) for _ in chunk]
         batch = run_episodes(sampler, tokenizer, envs, [row for _, row in chunk], torch.tensor([p for p, _ in chunk]),
                              lambda env, text: env.step(text), episode_settings, {})
-        for (p, _), env, scores, conversation in zip(chunk, envs, batch.turn_scores.tolist(), batch.conversations):
+        scored = rewards.score(batch) if rewards is not None else [None] * len(chunk)
+        for (p, _), env, scores, conversation, components in zip(chunk, envs, batch.turn_scores.tolist(),
+                                                                  batch.conversations, scored):
+            if components is not None:
+                problems[p].setdefault("rewards", []).append(components)
             taken = [s for s in scores if s == s]  # drop NaN (turns not taken)
             record = env.episode_record()  # env-specific extras (AppWorld: task id, checks passed)
             if record:
@@ -145,10 +151,11 @@ def evaluate(sampler, tokenizer, rows, settings: EvalSettings, show_progress: bo
     return problems
 
 
-def markdown_table(metrics: dict, other: dict = None, names=("this run", "other")) -> str:
-    """Metrics as a markdown table; with `other`, side by side with the difference."""
+def markdown_table(metrics: dict, other: dict = None, names=("this run", "other"), value: str = "value") -> str:
+    """Metrics as a markdown table; with `other`, side by side with the difference. `value` heads the single
+    column (eval.py names the dtype there: `value (bf16)`)."""
     if other is None:
-        rows = ["| metric | value |", "|---|---|"] + [f"| {k} | {v:.4f} |" for k, v in metrics.items()]
+        rows = [f"| metric | {value} |", "|---|---|"] + [f"| {k} | {v:.4f} |" for k, v in metrics.items()]
     else:
         rows = [f"| metric | {names[0]} | {names[1]} | difference |", "|---|---|---|---|"]
         for k in list(dict.fromkeys([*metrics, *other])):
