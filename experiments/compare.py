@@ -4,6 +4,12 @@
         --method gdpo="--algo gdpo" --method dara-asym="--algo dara --dara_variant asym" \
         --train_args "--reward_funcs correctness,benchmarks.extra_rewards:concise_answer --max_steps 40" \
         --metric first_step:reward/answer_line/mean:0.8:3 --eval_args "--limit 200"
+    python experiments/compare.py --name mine --runs grpo=output/grpo_s1,output/grpo_s2 \
+        --runs rloo=output/rloo_s1,output/rloo_s2 --metric mean_last:reward/mean:5    # runs already made
+
+- An arm is `--method LABEL=FLAGS` (runs made here) or `--runs LABEL=DIR[,DIR...]` (train.py output folders already
+  made, one per seed, read and never run: experiments/compare_runs.py). The report goes to CACHE_DIR/NAME.md (.json,
+  .png); the committed sweeps (experiments/sweeps/) pass `--results experiments/results/NAME`.
 
 - The first --method is the baseline; every other method is compared with it seed by seed (the same seeds run
   under every method, seed-major order, so an interrupted sweep leaves complete pairs first). With three or more
@@ -36,11 +42,12 @@ Metrics (--metric):
   ...:lower                         eval, last and mean_last with lower is better (eval:regression_rate:lower)
 """
 import argparse
+import contextlib
 import hashlib
+import io
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -48,11 +55,13 @@ import time
 from experiments.compare_archive import (archive_run, archive_sweep_file, command_id, complete_seeds, restore_sweep_file,
                                         runs_by_command)
 from experiments.compare_metrics import CompareError, Metric, first_sustained_step, metric_value, parse_metric  # noqa: F401
+from experiments.compare_runs import execute_run, folder_record, interrupted_state, parse_runs  # noqa: F401
 from experiments.mechanisms.paired import PAIRED_HEADER, format_paired_row, paired
 from benchmarks import run_child
-from benchmarks.ports import free_port
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:  # a user's module (--reward_funcs my_pkg.rewards:judge) imports from the root, as in train.py
+    sys.path.insert(0, REPO)
 
 OWNED_FLAGS = ("--output_dir", "--seed", "--resume", "--local_rank")  # set by compare.py for every run
 UNHASHED = ("output_dir", "local_rank")                               # differ between identical runs
@@ -74,10 +83,13 @@ def refuse_owned_flags(argv, where: str):
 def resolved_config(argv, where: str) -> dict:
     """train.py's flags as rl.config parses them (defaults filled in, validated); a bad flag names `where`."""
     from rl.config import parse_args
+    said = io.StringIO()
     try:
-        args = parse_args(argv)
+        with contextlib.redirect_stderr(said):  # argparse prints its refusal; credo's own checks raise it
+            args = parse_args(argv)
     except SystemExit as exc:
-        raise CompareError(f"{where}: train.py refuses these flags ({' '.join(argv)}): see the message above") from exc
+        message = exc.code if isinstance(exc.code, str) else said.getvalue().strip()
+        raise CompareError(f"{where}: train.py refuses these flags ({' '.join(argv)}):\n{message}") from None
     out = args.output_dir.rstrip(os.sep) + os.sep
     # paths derived from the run's own folder (e.g. the default --tensorboard_path) must not split the cache
     return {k: ("<output_dir>" + os.sep + v[len(out):] if isinstance(v, str) and v.startswith(out) else v)
@@ -94,66 +106,6 @@ def git_commit() -> str:
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True,
                            text=True).stdout.strip()
     return proc.stdout.strip() + ("+dirty" if dirty else "") if proc.returncode == 0 else "unknown"
-
-
-def _call(cmd, log_path: str, what: str, append: bool = False):
-    code = run_child.call(cmd, REPO, log_path, what, append=append)  # a SIGTERM stops the run cleanly: run_child.py
-    if code != 0:
-        with open(log_path) as f:
-            tail = f.read()[-3000:]
-        raise CompareError(f"{what} failed (exit {code}); log: {log_path}\n{tail}")
-
-
-def interrupted_state(run_dir: str, max_steps: int):
-    """What an earlier, interrupted attempt at this run left: None (nothing usable: start over), "trained" (its
-    final export exists, so only eval.py is left) or the step of its latest complete checkpoint before max_steps
-    (one at max_steps without the export, a kill during the export, is not resumable: train.py would find the run
-    finished and not export it)."""
-    from rl.run.checkpoint import latest_checkpoint
-    train_dir = os.path.join(run_dir, "train")
-    if os.path.isdir(os.path.join(train_dir, "final")):  # export_hf renames a finished folder into place
-        return "trained"
-    tag = latest_checkpoint(os.path.join(train_dir, "checkpoints")) if os.path.isdir(train_dir) else None
-    step = int(tag.split("_")[-1]) if tag else None
-    return step if step is not None and step < max_steps else None
-
-
-def execute_run(run_dir: str, train_argv, eval_argv, num_gpus: int, record: dict, keep_checkpoints: bool = False,
-                restart_interrupted: bool = False):
-    """train.py under the real deepspeed launcher, then eval.py; run.json last, atomically. An interrupted run
-    continues from its latest checkpoint (module docstring). A finished run never resumes, so its checkpoints are
-    removed unless keep_checkpoints: they are several model sizes each, and ten 135M runs' filled a disk (the final
-    export stays)."""
-    resumable = not restart_interrupted and os.path.exists(run_dir)
-    earlier = interrupted_state(run_dir, record["config"]["max_steps"]) if resumable else None
-    if earlier is None:
-        shutil.rmtree(run_dir, ignore_errors=True)
-        os.makedirs(run_dir)
-    else:
-        record["resumed_from"] = earlier  # a checkpoint's step, or "trained"
-        print(f"compare: continuing {run_dir} from " + ("its finished training (eval only)" if earlier == "trained"
-              else f"its checkpoint at step {earlier}"), flush=True)
-    if earlier != "trained":
-        launcher = os.path.join(os.path.dirname(sys.executable), "deepspeed")
-        assert train_argv[-2:] == ["--resume", "none"], train_argv  # as sweep() plans every run
-        argv = [*train_argv[:-1], "auto"] if earlier is not None else train_argv
-        t0 = time.time()
-        _call([launcher, "--num_gpus", str(num_gpus), "--master_port", str(free_port()), "train.py", *argv,
-               "--output_dir", os.path.join(run_dir, "train")], os.path.join(run_dir, "train.log"),
-              f"train.py ({run_dir})", append=earlier is not None)
-        record["train_seconds"] = time.time() - t0  # of this attempt only, when resumed
-    if eval_argv is not None:
-        t0 = time.time()
-        _call([sys.executable, "eval.py", "--model_name_or_path", os.path.join(run_dir, "train", "final"),
-               "--output_dir", os.path.join(run_dir, "eval"), *eval_argv], os.path.join(run_dir, "eval.log"),
-              f"eval.py ({run_dir})")
-        record["eval_seconds"] = time.time() - t0
-    if not keep_checkpoints:
-        shutil.rmtree(os.path.join(run_dir, "train", "checkpoints"), ignore_errors=True)
-    tmp = os.path.join(run_dir, "run.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(record, f, indent=1, default=str)
-    os.replace(tmp, os.path.join(run_dir, "run.json"))
 
 
 def preregister(path: str, metric: Metric, baseline: str):
@@ -194,23 +146,45 @@ def between_methods(runs: dict, baseline: str, specs: list) -> dict:
                    for i, a in enumerate(others) for b in others[i + 1:]} for spec in specs} if len(others) > 1 else {}
 
 
+def arm_seeds(a, methods: dict, folders: dict) -> list:
+    """--seeds, or (when every arm is --runs) the seeds all of them have; each --runs arm must have every seed."""
+    if a.seeds is None:
+        seeds = [1, 2, 3] if methods else sorted(set.intersection(*(set(runs) for runs in folders.values())))
+    else:
+        seeds = [int(s) for s in a.seeds.split(",")]
+    if len(set(seeds)) != len(seeds):
+        raise CompareError(f"--seeds {a.seeds}: a seed is repeated")
+    for label, runs in folders.items():
+        missing = [s for s in seeds if s not in runs]
+        if missing or not seeds:
+            raise CompareError(f"--runs {label} has no run of seed {', '.join(map(str, missing)) or '(any)'}: its "
+                               f"folders are seeds {', '.join(map(str, sorted(runs)))}; pairs need the same seeds "
+                               f"in every arm (--seeds picks them)")
+    return seeds
+
+
 def sweep(a) -> dict:
     metric = parse_metric(a.metric)
     secondary = [parse_metric(spec) for spec in a.also]
-    methods = dict(parse_method(m) for m in a.method)
-    if len(methods) < 2:
-        raise CompareError("--method: give at least two methods (LABEL=FLAGS); the first is the baseline")
+    arms = getattr(a, "arms", None) or [("method", m) for m in a.method]
+    methods = dict(parse_method(spec) for kind, spec in arms if kind == "method")
+    folders = dict(parse_runs(spec) for kind, spec in arms if kind == "runs")  # runs made before: read, not run
+    labels = [spec.partition("=")[0] for _, spec in arms]
+    if len(labels) < 2:
+        raise CompareError("give at least two arms: --method LABEL=FLAGS (runs made here) or --runs LABEL=DIR[,DIR...] "
+                           "(train.py runs already made); the first is the baseline")
+    if len(set(labels)) != len(labels):
+        raise CompareError(f"two arms share a label: {', '.join(labels)}")
     for m in (metric, *secondary):
         if m.kind == "eval" and a.no_eval:
             raise CompareError(f"--metric / --also {m.spec} needs eval.py; drop --no_eval")
-    seeds = [int(s) for s in a.seeds.split(",")]
-    if len(set(seeds)) != len(seeds):
-        raise CompareError(f"--seeds {a.seeds}: a seed is repeated")
+    seeds = arm_seeds(a, methods, folders)
+    requested = list(seeds)
     common = shlex.split(a.train_args)
     refuse_owned_flags(common, "--train_args")
     eval_args = shlex.split(a.eval_args)
     refuse_owned_flags(eval_args, "--eval_args")
-    baseline = next(iter(methods))
+    baseline = labels[0]
     planned = []  # (label, seed, key, train_argv, eval_argv, config), validated before anything runs
     for label, flags in methods.items():
         refuse_owned_flags(flags, f"--method {label}")
@@ -262,7 +236,7 @@ def sweep(a) -> dict:
             ran.append(key)
         if a.archive and os.path.dirname(run_dir) != a.archive:  # a run taken from the archive is archived already
             archive_run(run_dir, a.archive)
-    runs = {label: [] for label in methods}
+    runs = {label: [] for label in labels}
     for label, seed, key, argv, eval_argv, config in planned:
         run_dir = run_dir_of(key, argv, eval_argv)
         with open(os.path.join(run_dir, "run.json")) as f:
@@ -274,18 +248,29 @@ def sweep(a) -> dict:
                             "ran_this_invocation": key in ran, "commit": record["commit"],
                             "resumed_from": record.get("resumed_from"), "train_seconds": record.get("train_seconds"),
                             "eval_seconds": record.get("eval_seconds")})
+    for label, folder_runs in folders.items():
+        for seed in seeds:
+            folder, config = folder_runs[seed]
+            value, censored = metric_value(metric, folder, config["flags"]["max_steps"])
+            also = {m.spec: metric_value(m, folder, config["flags"]["max_steps"])[0] for m in secondary}
+            runs[label].append({"seed": seed, "value": value, "censored": censored, "also": also,
+                                **folder_record(folder, config)})
     comparisons = {f"{label} vs {baseline}": paired([r["value"] for r in runs[label]], [r["value"] for r in runs[baseline]])
-                   for label in methods if label != baseline}
+                   for label in labels if label != baseline}
     secondary_comparisons = {m.spec: {f"{label} vs {baseline}": paired([r["also"][m.spec] for r in runs[label]],
                                                                         [r["also"][m.spec] for r in runs[baseline]])
-                                      for label in methods if label != baseline} for m in secondary}
-    return {"name": a.name, "partial": bool(a.partial) and len(seeds) < len(a.seeds.split(",")),
+                                      for label in labels if label != baseline} for m in secondary}
+    described = {**{k: shlex.join(v) for k, v in methods.items()},
+                 **{k: "runs: " + ", ".join(runs[seed][0] for seed in seeds) for k, runs in folders.items()}}
+    resolved = {**{label: next(p[5] for p in planned if p[0] == label) for label in methods},
+                **{label: runs[seeds[0]][1]["flags"] for label, runs in folders.items()}}
+    return {"name": a.name, "partial": bool(a.partial) and len(seeds) < len(requested),
             "deciding_metric": {"spec": metric.spec, "description": metric.describe(),
                                                 "higher_is_better": metric.higher_is_better},
-            "baseline": baseline, "seeds": seeds, "methods": {k: shlex.join(v) for k, v in methods.items()},
+            "baseline": baseline, "seeds": seeds, "methods": {label: described[label] for label in labels},
             "config": {"train_args": a.train_args, "eval_args": None if a.no_eval else a.eval_args,
                        "num_gpus": a.num_gpus, "cache_dir": a.cache_dir,
-                       "resolved": {label: next(p[5] for p in planned if p[0] == label) for label in methods}},
+                       "resolved": {label: resolved[label] for label in labels}},
             "runs": runs, "comparisons": comparisons, "secondary_comparisons": secondary_comparisons,
             "between_methods": between_methods(runs, baseline, [metric.spec, *(m.spec for m in secondary)]),
             "ran_this_invocation": len(ran), "commit": git_commit()}
@@ -348,9 +333,15 @@ def plot(result: dict, path: str) -> bool:
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--name", required=True, help="sweep name: results go to experiments/results/NAME.*")
-    p.add_argument("--method", action="append", default=[], help="LABEL=FLAGS (repeat; the first is the baseline)")
-    p.add_argument("--seeds", default="1,2,3", help="comma list of seeds, the same for every method (default 1,2,3)")
+    p.add_argument("--name", required=True, help="sweep name: the report is CACHE_DIR/NAME.md (.json, .png)")
+    p.add_argument("--method", action="append", dest="arms", type=lambda spec: ("method", spec), default=[],
+                   help="LABEL=FLAGS: an arm of runs made here (repeat; the first arm is the baseline)")
+    p.add_argument("--runs", action="append", dest="arms", type=lambda spec: ("runs", spec),
+                   help="LABEL=DIR[,DIR...]: an arm of train.py output folders already made, one per seed (its "
+                        "config.json's --seed); read, never run")
+    p.add_argument("--seeds", default=None,
+                   help="comma list of seeds, the same for every arm (default 1,2,3, or with only --runs arms the "
+                        "seeds they share)")
     p.add_argument("--metric", required=True, help="the deciding metric (see above); fixed at the first invocation")
     p.add_argument("--also", action="append", default=[],
                    help="a secondary metric (same forms), reported per seed and paired but not deciding (repeat)")
@@ -366,18 +357,21 @@ def main(argv=None):
     p.add_argument("--num_gpus", type=int, default=1, help="ranks per run, the deepspeed launcher's --num_gpus (default 1)")
     p.add_argument("--cache_dir", default=os.path.join(REPO, "output", "compare"),
                    help="one folder per run, named by its config hash (default output/compare)")
-    p.add_argument("--results", default=None, help="output prefix (default experiments/results/NAME)")
+    p.add_argument("--results", default=None,
+                   help="output prefix (default CACHE_DIR/NAME, git-ignored; the committed sweeps pass "
+                        "experiments/results/NAME)")
     p.add_argument("--plan", action="store_true", help="validate every run's flags, list cached / to-run, run nothing")
     p.add_argument("--archive", default=None,
                    help="copy each finished run's report inputs (no model) into this folder (default: none)")
     p.add_argument("--partial", action="store_true",
                    help="run nothing; report the seeds finished under every method, labelled partial (default off)")
     a = p.parse_args(argv)
+    a.method = [spec for kind, spec in a.arms if kind == "method"]
     a.cache_dir = os.path.abspath(a.cache_dir)
     a.archive = os.path.abspath(a.archive) if a.archive else None
     if a.archive == a.cache_dir:  # reproducing from the archive with the sweep's own flags: it is its own archive
         a.archive = None
-    prefix = a.results or os.path.join(REPO, "experiments", "results", a.name)
+    prefix = a.results or os.path.join(a.cache_dir, a.name)
     try:
         result = sweep(a)
     except CompareError as exc:

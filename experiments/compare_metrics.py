@@ -64,19 +64,32 @@ def first_sustained_step(steps, values, threshold: float, window: int):
     return answer
 
 
+def _first_existing(run_dir: str, *candidates: str) -> str:
+    """The first of the candidate files that exists under run_dir (the first when none does)."""
+    paths = [os.path.join(run_dir, c) for c in candidates]
+    return next((p for p in paths if os.path.exists(p)), paths[0])
+
+
 def metric_value(metric: Metric, run_dir: str, max_steps: int):
-    """(value, censored) of one finished run."""
+    """(value, censored) of one finished run: compare.py's cached run (train/, eval/) or a train.py output folder
+    (metrics.jsonl; eval.py's results in eval/, or scripts/train.sh's eval_final/)."""
     if metric.kind == "eval":
-        with open(os.path.join(run_dir, "eval", "results.json")) as f:
+        path = _first_existing(run_dir, os.path.join("eval", "results.json"), os.path.join("eval_final", "results.json"))
+        if not os.path.exists(path):
+            raise CompareError(f"--metric {metric.spec}: {run_dir} has no eval results; evaluate it first: python "
+                               f"eval.py --model_name_or_path {os.path.join(run_dir, 'final')} --output_dir "
+                               f"{os.path.join(run_dir, 'eval')}")
+        with open(path) as f:
             metrics = json.load(f)["metrics"]
         if metric.key not in metrics:
-            raise CompareError(f"--metric {metric.spec}: {metric.key!r} is not in {run_dir}/eval/results.json "
+            raise CompareError(f"--metric {metric.spec}: {metric.key!r} is not in {path} "
                                f"(it has {', '.join(sorted(metrics))})")
         return float(metrics[metric.key]), False
     from rl.log.loggers import read_metrics
-    rows = read_metrics(os.path.join(run_dir, "train", "metrics.jsonl"))
+    path = _first_existing(run_dir, os.path.join("train", "metrics.jsonl"), "metrics.jsonl")
+    rows = read_metrics(path)
     if not rows or metric.key not in rows[-1]:
-        raise CompareError(f"--metric {metric.spec}: {metric.key!r} is not logged in {run_dir}/train/metrics.jsonl")
+        raise CompareError(f"--metric {metric.spec}: {metric.key!r} is not logged in {path}")
     values = [float(r[metric.key]) for r in rows]
     if metric.kind == "last":
         return values[-1], False

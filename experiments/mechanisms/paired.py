@@ -62,9 +62,12 @@ def paired(a, b, confidence: float = 0.95) -> dict:
 def format_paired_row(label: str, p: dict, digits: int = 3) -> str:
     """One markdown table row: label | mean a | mean b | mean diff +- se | CI | a>b / b>a / ties | sign-test p."""
     f = f"{{:.{digits}f}}"
-    return (f"| {label} | {f.format(p['mean_a'])} | {f.format(p['mean_b'])} | {f.format(p['mean_diff'])} "
-            f"± {f.format(p['se_diff'])} | [{f.format(p['ci_low'])}, {f.format(p['ci_high'])}] | "
-            f"{p['a_higher']}/{p['b_higher']}/{p['ties']} | {p['sign_test_p']:.2g} |")
+    if p["n"] < 2:  # a spread needs two seeds: no "± nan" and no interval of one value
+        spread, interval = " (one seed: no spread)", "one seed: no spread"
+    else:
+        spread, interval = f" ± {f.format(p['se_diff'])}", f"[{f.format(p['ci_low'])}, {f.format(p['ci_high'])}]"
+    return (f"| {label} | {f.format(p['mean_a'])} | {f.format(p['mean_b'])} | {f.format(p['mean_diff'])}{spread} | "
+            f"{interval} | {p['a_higher']}/{p['b_higher']}/{p['ties']} | {p['sign_test_p']:.2g} |")
 
 
 PAIRED_HEADER = ("| comparison (a vs b) | mean a | mean b | mean (a - b) ± se | 95% bootstrap CI | a>b / b>a / ties "

@@ -40,5 +40,5 @@ for sweep in ${SWEEPS:-plain think}; do
     --also "eval:toolcall/Avg Accuracy" --also "eval:toolcall/Avg Format" \
     --also mean_last:reward/tool_format/mean:3 --also mean_last:reward/tool_correct/mean:3 \
     --eval_args "$EVAL" \
-    --archive "experiments/results/archive/$NAME" "$@"
+    --archive "experiments/results/archive/$NAME" --results "experiments/results/$NAME" "$@"
 done

@@ -12,4 +12,4 @@ exec python experiments/compare.py --name dara_vs_gdpo --seeds 1,2,3,4,5 \
   --metric first_step:reward/ends_with_boxed/mean:0.8:3 \
   --also eval:pass@1 --also mean_last:reward/graded_correctness/mean:5 \
   --eval_args "--env arith --limit 200 --max_new_tokens 48 --batch_size 100 --dtype fp32" \
-  --archive experiments/results/archive/dara_vs_gdpo "$@"
+  --archive experiments/results/archive/dara_vs_gdpo --results experiments/results/dara_vs_gdpo "$@"

@@ -38,4 +38,4 @@ exec python experiments/compare.py --name "$SWEEP" --seeds 1,2,3 --cache_dir "ou
   --metric eval:pass@1 \
   --also eval:pass@1/arith --also eval:pass@1/describe \
   --eval_args "$EVAL" \
-  --archive "experiments/results/archive/$SWEEP" "$@"
+  --archive "experiments/results/archive/$SWEEP" --results "experiments/results/$SWEEP" "$@"

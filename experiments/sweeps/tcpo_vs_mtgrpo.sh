@@ -24,4 +24,4 @@ exec python experiments/compare.py --name tcpo_vs_mtgrpo --seeds 1,2,3 \
   --metric eval:regression_rate:lower \
   --also eval:best_turn_pass@4 --also eval:final_turn_pass@1 --also eval:preservation_rate \
   --eval_args "$EVAL" \
-  --archive experiments/results/archive/tcpo_vs_mtgrpo "$@"
+  --archive experiments/results/archive/tcpo_vs_mtgrpo --results experiments/results/tcpo_vs_mtgrpo "$@"

@@ -15,4 +15,4 @@ exec python experiments/compare.py --name worker_deaths --seeds 1,2,3 \
   --train_args "--algo grpo --env arith --model_name_or_path .cache/models/SmolLM2-135M-Instruct --max_steps 12 --per_device_generation_batch_size 8 --num_generations 4 --max_answer_seq_len 32 --temperature 0.7 --actor_learning_rate 2e-5 --beta 0 --dtype bf16 --max_reward_error_rate 1 --save_steps 2" \
   --metric eval:pass@1 --also mean_last:success_rate:4 \
   --eval_args "--env arith --limit 200 --max_new_tokens 32 --batch_size 100 --dtype bf16" \
-  --archive experiments/results/archive/worker_deaths "$@"
+  --archive experiments/results/archive/worker_deaths --results experiments/results/worker_deaths "$@"
