@@ -3,7 +3,10 @@ the tests, how many of them the prompt showed, and the program's names that the 
 apart by their fields:
 
 - HumanEval (`entry_point`): `prompt` (a stub: imports, signature, docstring), `test` (defines check(candidate)).
-  The program is the stub's text, then the model's code; the one test is `test` + `check(<entry_point>)`, held out.
+  The program is the stub's text, then the model's code; the one test is the prompt's own definitions but the entry
+  point's (`prompt_helpers`), then `test` + `check(<entry_point>)`, held out. So check() calls the prompt's helpers
+  (HumanEval/32's `poly`, /38's `encode_cyclic`, /50's `encode_shift`) as the prompt wrote them, run in the test
+  harness, never a redefinition in the model's code (issue 62).
 - MBPP (`test_list`): `prompt`, `test_list` (asserts), optional `test_imports` (run before the model's code) and
   `code` (the reference solution: the functions it defines are the ones the tests call, e.g. mbpp-126's `sum`).
   The first MBPP_SHOWN_TESTS tests are shown (envs/code_env.py), the rest held out.
@@ -94,8 +97,29 @@ def _humaneval(row: dict, prompt_key: str) -> CodeTask:
     for key in ("prompt", "test", "entry_point"):
         if not isinstance(row.get(key), str):
             raise BadCodeRow(f"a HumanEval row needs a string {key!r}")
-    return CodeTask(_user(f"{row[prompt_key]}\n\n{INSTRUCTION}"), row["prompt"] + "\n",
-                    [row["test"] + f"\ncheck({row['entry_point']})"], 0, (row["entry_point"],))
+    test = prompt_helpers(row["prompt"], row["entry_point"]) + "\n" + row["test"] + f"\ncheck({row['entry_point']})"
+    return CodeTask(_user(f"{row[prompt_key]}\n\n{INSTRUCTION}"), row["prompt"] + "\n", [test], 0,
+                    (row["entry_point"],))
+
+
+def prompt_helpers(prompt: str, entry_point: str) -> str:
+    """A HumanEval prompt's text without the entry point's definition (its stub): its imports and the helpers it
+    defines, which the tests run before check() so that check() calls these, not the program's (module docstring).
+    A stub cut after its signature parses with a `pass` body; any other prompt that does not parse is refused."""
+    import ast
+    try:
+        body = ast.parse(prompt).body
+    except SyntaxError as exc:
+        try:
+            body = ast.parse(prompt + "\n    pass\n").body
+        except SyntaxError:
+            raise BadCodeRow(f"a HumanEval 'prompt' that does not parse ({exc.msg}, line {exc.lineno})") from None
+    lines = prompt.split("\n")
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point:
+            start = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
+            lines[start:node.end_lineno] = [""] * (node.end_lineno - start)  # blanks: the line numbers stay
+    return "\n".join(lines)
 
 
 def _defined_names(code: str) -> tuple:

@@ -52,8 +52,17 @@ def stripped_lines(text: str) -> list:
 def _decimals(line: str):
     try:
         return [Decimal(token) for token in line.split()]
-    except InvalidOperation:
+    except (InvalidOperation, ValueError):
         return None
+
+
+def _same_numbers(mine: list, theirs: list) -> bool:
+    """Two lines' Decimals equal. A comparison that raises is a mismatch, never the scorer's crash: a program that
+    prints `sNaN` (a signalling NaN, which Decimal refuses to compare: InvalidOperation) prints a wrong answer."""
+    try:
+        return mine == theirs
+    except ArithmeticError:  # decimal.InvalidOperation is one
+        return False
 
 
 def stdout_matches(got: str, expected: str) -> bool:
@@ -65,7 +74,7 @@ def stdout_matches(got: str, expected: str) -> bool:
         if mine == theirs:
             continue
         mine_d, theirs_d = _decimals(mine), _decimals(theirs)
-        if mine_d is None or theirs_d is None or mine_d != theirs_d:
+        if mine_d is None or theirs_d is None or not _same_numbers(mine_d, theirs_d):
             return False
     return True
 
