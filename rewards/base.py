@@ -14,6 +14,19 @@ function raised an ordinary exception on it, returned a non-number) scores 0 at 
 when a step's calls of one function all failed outside the response, twice: the verifier is down, and scoring
 anyone 0 would train on noise. What the response itself does inside a verifier (a wrong answer, its program's
 timeout or crash in the sandbox) is a score of 0, not a failure, and never reaches this accounting.
+
+A response can also break the function itself (issue #62): print `sNaN` where a comparator reads Decimals, nest a
+JSON argument 1,000 deep, write a 5,000-digit integer. Counted as the function's errors, such responses would count
+against --max_reward_error_rate, and a policy could learn to stop its own training. So a call that raised an
+ordinary exception gets a control call, the same function, row and code path on an ordinary response (the empty
+one), when the function has scored some response before (this step or earlier). When the control succeeds, the
+failure was the response's: it scores as a wrong response (0, or the function's floor where the empty response
+scores lower: tool_correct's -3 in ToolRL mode) and is counted as `malformed`, apart from the failures, so it never
+stops the run. Otherwise it is an error as before, and errors may stop it: a function that fails on the empty
+response fails on ordinary inputs, and one that has never scored a response may be broken on every real one while
+it answers the empty one early. Timeouts and failures outside the response get no control: an outage looks like
+them, and the empty response need not reach the judge (a code env never runs the sandbox on it), so they keep the
+retry and the down rule; a response that kills its worker twice or hangs its function counts as before.
 """
 import logging
 import math
@@ -43,6 +56,21 @@ def is_infrastructure(exc: BaseException) -> bool:
 #   infra   it failed outside the response (module docstring), on its retry too
 FAILURE_FIELDS = {"error": "errors", "timeout": "timeouts", "infra": "infra"}
 RETRIED_STATUSES = ("timeout", "infra")  # the failures that may be the infrastructure's: retried once
+MALFORMED = "malformed"  # it raised on this response while its control (the empty response) scored: not a failure
+CONTROL_COMPLETION = ""  # the control's ordinary response (module docstring)
+CONTROLLED_STATUS = "error"  # the one failure a control may show to be the response's (module docstring)
+
+
+def floor_score(control_value):
+    """What a response that broke its function scores: 0, or less where the function gives the empty response less
+    (its floor), per component of a dict; never more, since the empty response may score high (a length reward)."""
+    if isinstance(control_value, dict):
+        return {k: floor_score(v) for k, v in control_value.items()}
+    try:
+        number = float(control_value)
+    except (TypeError, ValueError):
+        return 0.0
+    return min(0.0, number) if math.isfinite(number) else 0.0
 
 
 @dataclass
@@ -53,6 +81,7 @@ class RewardStats:
     infra: int = 0      # outside the response twice (once with --reward_retries 0)
     retried: int = 0    # calls retried after a failure outside the response
     recovered: int = 0  # ... whose retry succeeded: its score was used
+    malformed: int = 0  # the response broke the function, which scored the empty one: not a failure (docstring)
     last_error: str = ""
 
     @property
@@ -83,6 +112,11 @@ class RewardAccount:
         if message is not None:
             logger.warning("reward %s: %s; scored 0", self.name, message)
 
+    @property
+    def scored(self) -> int:
+        """Calls that scored their response: neither failed nor broken by it (a control needs one: docstring)."""
+        return self.stats.calls - self.stats.failures - self.stats.malformed
+
     def settle(self, status: str, message, retried: bool = False, n: int = 1):
         """Count one finished call that scored n completions: its status ("ok" or a FAILURE_FIELDS key, after any
         retry), whether it was retried, and a failure's message."""
@@ -91,7 +125,10 @@ class RewardAccount:
             self.count("retried", n=n)
             if status == "ok":
                 self.count("recovered", n=n)
-        if status != "ok":
+        if status == MALFORMED:  # the response's doing: logged, never the function's last error
+            self.count("malformed", n=n)
+            logger.info("reward %s: a response broke it (%s); scored as a wrong response", self.name, message)
+        elif status != "ok":
             self.count(FAILURE_FIELDS[status], message, n=n)
 
     def check(self, value):
@@ -139,7 +176,7 @@ class RewardCaller(RewardAccount):
     A call that raised a failure outside the response (is_infrastructure) is called again, `retries` (0 or 1)
     times; a timed-out one is not, since its abandoned thread may still be working on the same object (an env's
     episode). An env step that raises one must not have advanced its episode first: VerifyAndRefineEnv scores a
-    turn before it counts it.
+    turn before it counts it. A call that raised an ordinary exception runs its `control` (module docstring).
     """
 
     def __init__(self, fn, name: str, timeout_s: float = 10.0, retries: int = 1):
@@ -153,17 +190,22 @@ class RewardCaller(RewardAccount):
         return len(self._abandoned)
 
     def __call__(self, prompt, completion, sample):
-        ok, value = self.run(self.fn, prompt, completion, sample)
+        ok, value = self.run(self.fn, prompt, completion, sample,
+                             control=lambda: self.fn(prompt, CONTROL_COMPLETION, sample))
         return self.check(value) if ok else 0.0
 
-    def run(self, fn, *args, retry: bool = True):
+    def run(self, fn, *args, retry: bool = True, control=None):
         """Call fn(*args) under this caller's timeout, retry (unless `retry` is False: a call that must not run twice)
-        and counters. Returns (True, value) or (False, None)."""
+        and counters. `control`: a call without arguments that runs the same code on the empty response (module
+        docstring), run when the call raised an ordinary exception. Returns (True, value) or (False, None)."""
         status, value = self._attempt(fn, args)
         retried = retry and status == "infra" and self.retries > 0
         if retried:
             logger.info("reward %s: %s; retrying once", self.name, value)
             status, value = self._attempt(fn, args)
+        if status == CONTROLLED_STATUS and control is not None and self.scored > 0 \
+                and self._attempt(control, ())[0] == "ok":
+            status = MALFORMED
         self.settle(status, None if status == "ok" else value, retried)
         return (True, value) if status == "ok" else (False, None)
 

@@ -8,8 +8,14 @@ and let a hang cost one timeout, and whole groups keep group-relative rewards ri
 completion in both: a failed TRL chunk counts as that many failed calls, so one --max_reward_error_rate means the
 same for both conventions. A call that failed outside the response is retried once (--reward_retries;
 rewards/worker_pool.py), and each completion is counted by how its call ended (rewards.base.RewardStats).
+
+A call that raised an ordinary exception, of a function that has scored some response (this step or before), gets a
+control call, the same function and row with the empty response (for a TRL chunk, every completion of the chunk
+empty; one control per function and row): when the control succeeds the response broke the function, and it scores
+the function's floor and counts as `malformed`, not as a failure (rewards/base.py). A TRL chunk fails as one call,
+so each completion in a chunk that a response broke scores the floor.
 """
-from rewards.base import RewardAccount
+from rewards.base import CONTROL_COMPLETION, CONTROLLED_STATUS, MALFORMED, RewardAccount, floor_score
 from rewards.conventions import TRL, chunks, trl_kwargs
 from rewards.worker_pool import WorkerPool
 
@@ -48,17 +54,56 @@ class PooledRewards:
         scores = [[0.0] * n for _ in self.specs]
         outcomes = self.pool.map(calls) if calls else []
         for (f, start, stop), outcome in zip(owners, outcomes):
-            account, size = self.accounts[f], stop - start
-            values = outcome.value if self.specs[f].style == TRL else [outcome.value]
-            if outcome.status == "ok" and (not isinstance(values, list) or len(values) != size):
-                got = f"{len(values)} values" if isinstance(values, list) else f"{values!r:.80}"
-                outcome.status, outcome.value = "error", f"returned {got} for {size} completions; expected a list of {size}"
-            account.settle(outcome.status, outcome.value, outcome.retried, n=size)
-            if outcome.status != "ok":
-                continue
-            for i, value in zip(range(start, stop), values):
-                scores[f][i] = account.check(value)
+            self._check_size(outcome, f, stop - start)
+        floors = self._controls(calls, owners, outcomes, prompts, samples, step)
+        for k, ((f, start, stop), outcome) in enumerate(zip(owners, outcomes)):
+            account = self.accounts[f]
+            account.settle(outcome.status, outcome.value, outcome.retried, n=stop - start)
+            if outcome.status == MALFORMED:
+                for i, floor in zip(range(start, stop), floors[k]):
+                    scores[f][i] = account.check(floor)
+            elif outcome.status == "ok":
+                values = outcome.value if self.specs[f].style == TRL else [outcome.value]
+                for i, value in zip(range(start, stop), values):
+                    scores[f][i] = account.check(value)
         return scores
+
+    def _check_size(self, outcome, f: int, size: int):
+        """A TRL call that returned no list of `size` values failed (an error of the function's)."""
+        values = outcome.value if self.specs[f].style == TRL else [outcome.value]
+        if outcome.status == "ok" and (not isinstance(values, list) or len(values) != size):
+            got = f"{len(values)} values" if isinstance(values, list) else f"{values!r:.80}"
+            outcome.status, outcome.value = "error", f"returned {got} for {size} completions; expected a list of {size}"
+
+    def _controls(self, calls, owners, outcomes, prompts, samples, step) -> dict:
+        """Run the control of every call that raised, of a function that has scored a response (module docstring);
+        mark those whose control succeeded MALFORMED. Returns {call index: the floor score of each completion}."""
+        working = {f for (f, _, _), o in zip(owners, outcomes) if o.status == "ok"}
+        working |= {f for f, account in enumerate(self.accounts) if account.scored > 0}
+        failed = [k for k, o in enumerate(outcomes) if o.status == CONTROLLED_STATUS and owners[k][0] in working]
+        keys, which, controls = {}, {}, []  # one control per function and row (a TRL chunk: its rows)
+        for k in failed:
+            f, start, stop = owners[k]
+            key = (f,) + tuple((prompts[i], id(samples[i])) for i in range(start, stop))
+            if key not in keys:
+                keys[key] = len(controls)
+                if self.specs[f].style == TRL:
+                    kwargs = trl_kwargs(prompts[start:stop], [CONTROL_COMPLETION] * (stop - start),
+                                        [[] for _ in range(start, stop)], samples[start:stop], step, self.max_steps)
+                    controls.append((f, (), kwargs))
+                else:
+                    controls.append((f, (prompts[start], CONTROL_COMPLETION, samples[start]), {}))
+            which[k] = keys[key]
+        results = self.pool.map(controls, retry=False) if controls else []
+        floors = {}
+        for k in failed:
+            f, start, stop = owners[k]
+            control = results[which[k]]
+            self._check_size(control, f, stop - start)
+            if control.status == "ok":
+                values = control.value if self.specs[f].style == TRL else [control.value]
+                outcomes[k].status, floors[k] = MALFORMED, [floor_score(v) for v in values]
+        return floors
 
     def close(self):
         if self.pool is not None:

@@ -35,6 +35,9 @@ CALL_KEYS = ("name", "parameters")
 THINK = re.compile(r"<think>(.*?)</think>", re.S)
 DEFAULT_THINK_LIMIT = 16  # DARA section C.3
 TOOLRL_RANGE = (-3.0, 3.0)  # ToolRL's R_correct
+# credo's reading: no BFCL answer nests near this (a call object, its parameters, a few levels of arguments); a call
+# deeper than this is refused as malformed, so that nothing the checker or a log does with it can recurse too far
+MAX_DEPTH = 32
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,16 @@ class Parsed:
     calls: list = None      # [{"name": str, "parameters": dict}] in the order written; None when not parsed
     response: str = None    # the <response> text of a no-call answer
     error: str = None       # "code: detail" when the strict parse failed, else None
+
+
+def _depth(value) -> int:
+    """How deep a decoded JSON value nests (a scalar: 0), level by level, without recursion."""
+    depth, level = 0, [value]
+    while True:
+        level = [x for v in level if isinstance(v, (dict, list)) for x in (v.values() if isinstance(v, dict) else v)]
+        if not level:
+            return depth
+        depth += 1
 
 
 def _fail(code: str, detail: str) -> Parsed:
@@ -86,6 +99,10 @@ def parse_response(text: str, expect_calls: bool = True) -> Parsed:
             call = json.loads(line)
         except json.JSONDecodeError as exc:
             return _fail("bad_json", f"call line {number}: {exc.msg} at column {exc.colno}")
+        except (ValueError, RecursionError) as exc:  # an int past Python's 4,300 digits; nesting past the decoder's
+            return _fail("bad_json", f"call line {number}: {type(exc).__name__}: {str(exc)[:80]}")
+        if _depth(call) > MAX_DEPTH:  # what parsed stays safe for every later reader (the checker recurses)
+            return _fail("too_deep", f"call line {number} nests deeper than {MAX_DEPTH} levels")
         if not isinstance(call, dict) or sorted(call) != sorted(CALL_KEYS):
             got = ", ".join(sorted(call)) if isinstance(call, dict) else type(call).__name__
             return _fail("not_a_call", f"call line {number} needs exactly the keys name and parameters, got {got}")

@@ -112,14 +112,15 @@ class WorkerPool:
         self._cond = threading.Condition()
         _LIVE_POOLS.add(self)
 
-    def map(self, calls: list) -> list:
-        """calls: [(target_index, args, kwargs)] -> [Outcome] in the same order, each within its deadline."""
+    def map(self, calls: list, retry: bool = True) -> list:
+        """calls: [(target_index, args, kwargs)] -> [Outcome] in the same order, each within its deadline. `retry`
+        False: no call is run again (the controls of rewards/pooled.py: one more timeout is all they may cost)."""
         if not calls:
             return []
         slots = self._checkout(min(len(calls), self.workers))
         try:
             results = self._run(calls, slots)
-            again = [i for i, o in enumerate(results) if o.status in RETRIED_STATUSES] if self.retries else []
+            again = [i for i, o in enumerate(results) if o.status in RETRIED_STATUSES] if self.retries and retry else []
             if again:
                 for i, outcome in zip(again, self._run([calls[i] for i in again], slots)):
                     outcome.retried, outcome.first_failure = True, str(results[i].value)

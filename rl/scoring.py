@@ -13,7 +13,7 @@ import torch
 
 from envs import StepResult, env_class
 from envs.base import SUCCESS_THRESHOLD
-from rewards.base import RewardAccount, RewardCaller
+from rewards.base import CONTROL_COMPLETION, RewardAccount, RewardCaller
 from rewards.pooled import PooledRewards
 from rewards.policy_rewards import POLICY_REWARDS, PolicyRewards, PolicyRewardSettings, normalise
 from rewards.registry import CORRECTNESS, build_reward_fn, reward_spec
@@ -26,9 +26,9 @@ from rl.methods.base import parse_weights
 
 
 # A reward's counters checked each step (rewards.base.RewardStats), and their metric names reward/<name>/<metric>
-COUNTS = ("calls", "failures", "errors", "timeouts", "infra", "retried", "recovered")
+COUNTS = ("calls", "failures", "errors", "timeouts", "infra", "retried", "recovered", "malformed")
 METRIC_NAMES = {"errors": "errors_response", "timeouts": "errors_timeout", "infra": "errors_infra",
-                "retried": "retried", "recovered": "recovered"}
+                "retried": "retried", "recovered": "recovered", "malformed": "malformed"}
 
 
 @dataclass(frozen=True)
@@ -110,8 +110,17 @@ class Scorer:
 
     def safe_step(self, env, text: str) -> StepResult:
         """env.step under the verifier's timeout and counters (retried after a failure outside the response only
-        where the env says its step can run twice: Env.step_retryable); a failure ends the episode with score 0."""
-        ok, result = self.verifier.run(env.step, text, retry=getattr(env, "step_retryable", True))
+        where the env says its step can run twice: Env.step_retryable); a failure ends the episode with score 0.
+        A step that failed where a fresh episode of its row steps on the empty response is the response's doing
+        (rewards/base.py: `malformed`, never a failure)."""
+        sample = getattr(env, "sample", None)  # the control: a fresh episode of the row, stepped on the empty response
+
+        def control():
+            fresh = self.new_env()
+            fresh.reset(sample)
+            return fresh.step(CONTROL_COMPLETION)
+        ok, result = self.verifier.run(env.step, text, retry=getattr(env, "step_retryable", True),
+                                       control=control if sample is not None else None)
         if not ok:
             return StepResult(observation=[], score=0.0, done=True, info={"failed": True})
         result.score = self.verifier.check_scalar(result.score, CORRECTNESS)
@@ -120,7 +129,8 @@ class Scorer:
     def score_alternative(self, env, text: str, turn: int):
         """The score `text` would have got as turn `turn` of env's episode, or None (the env cannot say, or the call
         failed)."""
-        ok, value = self.verifier.run(env.score_turn_at, turn, text)
+        ok, value = self.verifier.run(env.score_turn_at, turn, text,
+                                      control=lambda: env.score_turn_at(turn, CONTROL_COMPLETION))
         return self.verifier.check_scalar(value, CORRECTNESS) if ok else None
 
     def trajectory_score(self, turn_scores: torch.Tensor) -> torch.Tensor:
