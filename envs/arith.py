@@ -68,6 +68,11 @@ def partitioned_split(name: str, draw, key, eval_seed: int, split: str, n: int, 
     return rows
 
 
+def arith_target(row: dict) -> str:
+    """A warm start's reply (credo's reading): the sum written out once, then the boxed answer the prompt asks for."""
+    return f"{row['a']} {row['op']} {row['b']} = {row['answer']}. The answer is \\boxed{{{row['answer']}}}."
+
+
 def arith_key(problem: dict) -> tuple:
     return problem["a"], problem["op"], problem["b"]
 
@@ -99,6 +104,9 @@ class ArithEnv(OwnRowFields, VerifyAndRefineEnv):
 
     def first_message(self, sample: dict) -> str:
         return sample["prompt"]
+
+    def sft_target(self, row: dict) -> str:
+        return arith_target(row)
 
     @classmethod
     def dataset(cls, split: str, n: int, seed: int):

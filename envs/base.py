@@ -104,6 +104,18 @@ class Env:
         code env checks that a row reads as a task of a layout it knows."""
         return row
 
+    def sft_target(self, row: dict) -> str:
+        """The assistant reply a supervised warm start teaches for `row` (sft.py; scripts/warm_start.sh): a reply
+        the env's own verifier accepts, in the layout its prompt asks for. An env that can say what a right answer
+        looks like overrides this; the others cannot be warm-started from their rows."""
+        raise NotImplementedError(f"{type(self).__name__} does not say how its rows become supervised targets "
+                                  f"(Env.sft_target); give sft.py conversational or prompt-completion rows instead")
+
+    def sft_messages(self, row: dict) -> tuple:
+        """(prompt messages, [the assistant's reply]) for supervised fine-tuning: the chat `reset(row)` opens an
+        episode with, so the warm start sees exactly the prompts RL will, and `sft_target(row)` as the reply."""
+        return self.reset(row), [{"role": "assistant", "content": self.sft_target(row)}]
+
     def episode_record(self) -> dict:
         """What eval.py keeps of a finished episode besides its turn scores ({} for most envs; AppWorld: the task
         id, its difficulty and the checks passed)."""

@@ -17,3 +17,11 @@ class MathEnv(VerifyAndRefineEnv):
 
     def first_message(self, sample: dict) -> str:
         return f"{sample[self.prompt_key]}\n{INSTRUCTION}"
+
+    def sft_target(self, row: dict) -> str:
+        """A worked solution when the row has one (MATH's `solution`), else the boxed answer alone (credo's reading:
+        data/math_train keeps answers only, so its warm start teaches the answer's format, not the reasoning)."""
+        solution = row.get("solution")
+        if isinstance(solution, str) and "\\boxed" in solution:
+            return solution
+        return f"The final answer is \\boxed{{{row[self.answer_key]}}}."

@@ -11,8 +11,9 @@ Both kinds are scored by a verifier (the number, or the boxed word), so success 
 """
 import random
 import re
+import zlib
 
-from envs.arith import EVAL_SEED, OwnRowFields, make_arith_split
+from envs.arith import EVAL_SEED, OwnRowFields, arith_target, make_arith_split
 from envs.base import SUCCESS_THRESHOLD, VerifyAndRefineEnv, register_env
 from rewards.arith import ArithVerifier
 
@@ -22,6 +23,12 @@ TRAIN_NOUNS = ["river", "city", "forest", "house", "garden", "market", "bridge",
 EVAL_NOUNS = ["harbor", "desert", "castle", "meadow", "station", "island"]  # never seen in training
 DESCRIBE_TEMPLATE = "Describe a {adj} {noun} in one short sentence, then give the noun as \\boxed{{{noun}}}."
 _BOXED = re.compile(r"\\boxed\{\s*([^{}]*?)\s*\}")
+# A warm start's describe replies (credo's reading): one short sentence in a few shapes, so that the warm-started
+# policy's length and entropy still vary between responses for MAESTRO's `len` and `ent` to separate.
+DESCRIBE_REPLIES = ("The {adj} {noun} sits still under a pale sky.", "A {adj} {noun} is all I can see from here.",
+                    "Near the town there is a {adj} {noun} that people like to visit on quiet afternoons.",
+                    "This {noun} looks {adj}.")
+_DESCRIBE = re.compile(r"Describe an? (\w+) (\w+) in one short sentence")
 
 
 class MixedVerifier:
@@ -59,6 +66,13 @@ class MixedEnv(OwnRowFields, VerifyAndRefineEnv):
 
     def first_message(self, sample: dict) -> str:
         return sample["prompt"]
+
+    def sft_target(self, row: dict) -> str:
+        if row.get("kind") != "describe":
+            return arith_target(row)
+        adj, noun = _DESCRIBE.match(row["prompt"]).groups()
+        shape = DESCRIBE_REPLIES[zlib.crc32(row["prompt"].encode()) % len(DESCRIBE_REPLIES)]
+        return f"{shape.format(adj=adj, noun=noun)} \\boxed{{{row['answer']}}}"
 
     def step(self, model_text: str):
         result = super().step(model_text)

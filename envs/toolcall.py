@@ -158,6 +158,27 @@ def prompt_messages(row: dict, no_call_rule: bool = False, example: bool = False
     return [{"role": "system", "content": system}] + shots + [dict(m) for m in messages if m["role"] != "system"]
 
 
+def target_reply(row: dict) -> str:
+    """A reply BFCL's checker accepts, in the prompt's layout, for a warm start (credo's reading): a short <think>
+    naming the functions (under 16 words, as DARA's think_length asks), then each expected call with, per argument,
+    its first accepted value ("" among a row's values marks an optional argument, left out when nothing else is
+    accepted). A row whose answer is no call gets the <response> reply of the no-call rule."""
+    calls = []
+    for call in row["ground_truth"]:
+        (name, arguments), = call.items()
+        values = {k: next(v for v in accepted if v != "") for k, accepted in arguments.items()
+                  if any(v != "" for v in accepted)}
+        calls.append(json.dumps({"name": name, "parameters": values}, ensure_ascii=False))
+    if not calls:
+        return "<think>No listed function fits the request.</think>\n<response>Sorry, none of my functions can do " \
+               "that.</response>"
+    names = list(dict.fromkeys(json.loads(c)["name"] for c in calls))
+    think = (f"The request fits {names[0]}." if len(calls) == 1 else
+             f"This needs {len(calls)} calls to {names[0]}." if len(names) == 1 else
+             f"This needs {', '.join(names[:3])}.")
+    return f"<think>{think}</think>\n<tool_call>\n" + "\n".join(calls) + "\n</tool_call>"
+
+
 @register_env("toolcall")
 class ToolCallEnv(Env):
     """One question, one answer: the response's calls judged by BFCL's AST checker (module docstring)."""
@@ -228,6 +249,9 @@ class ToolCallEnv(Env):
 
     def score_turn(self, model_text: str) -> float:
         return self.verifier(None, model_text, self.sample)
+
+    def sft_target(self, row: dict) -> str:
+        return target_reply(row)
 
     def step(self, model_text: str) -> StepResult:
         self.verdict = v = self.verifier.judge(model_text, self.sample)

@@ -28,6 +28,18 @@ def own_extensions_dir() -> str:
     return os.path.join(REPO_ROOT, ".cache", "torch_extensions", f"{os.path.basename(sys.prefix)}-{env}")
 
 
+def default_single_process_env():
+    """`python train.py` / `python sft.py` without a launcher: a one-rank process group on localhost."""
+    if "RANK" in os.environ or "OMPI_COMM_WORLD_RANK" in os.environ:
+        return
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_SIZE="1", MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+
+
 def init_distributed(timeout=None):
     """deepspeed.init_distributed (gloo on CPU, nccl on CUDA) from the launcher's environment variables; `timeout`
     (a timedelta) bounds every collective, so a dead rank ends the run instead of hanging it."""

@@ -84,6 +84,7 @@ def test_no_script_folder_hides_a_package(folder):
 # leans on them. A room may import itself and anything listed after it (rewards/ and envs/ sit below all of rl/).
 FLOOR_ORDER = (
     "rl.trainer",      # the loop: rollout -> score -> advantages -> update -> log
+    "rl.sft",          # supervised fine-tuning (sft.py): its loop, data and flags, on the same engine and run folder
     "rl.config",       # composes each room's flags
     "rl.eval",         # evaluation (plays episodes), validation during training, the judge
     "rl.run",          # run start, saved config, checkpoints, manifest, best checkpoint, launcher ranks

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Issue #60 item 3: how long a warm start lands RL where the seeds' mechanisms can act. One SFT run per env
+# (scripts/warm_start.sh, 48 steps of 8 examples, constant LR, an HF export every 8 steps), then the base model and
+# every export evaluated on the env's held-out rows, greedy and at the RL sweeps' sampling temperature (4 samples per
+# question: a GRPO group).
+# Fixed before any run (2026-12-07), the targets and the rule that picks the length:
+#   toolcall (DARA): at T = 0.4, tool_correct non-zero in >= 1/3 of 4-sample groups, and the format rate in (0.6, 0.95);
+#   mixed (MAESTRO): at T = 0.7, the boxed-format rate in (0.6, 0.95).
+#   The warm start is the shortest export that meets its env's targets; if none does, the report says so and names
+#   the export nearest to them (no target is moved after seeing the numbers).
+# Resumable: a finished SFT (sft/final) and every results.json are kept and skipped on a rerun.
+#   bash experiments/sweeps/warm_start.sh            # both envs: about 1.5 h of 2 cores
+#   ENVS=toolcall bash experiments/sweeps/warm_start.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+. .venv/bin/activate
+MODEL=${MODEL:-.cache/models/SmolLM2-135M-Instruct}
+ROOT=${ROOT:-output/warm_start_sweep}
+for env in ${ENVS:-toolcall mixed}; do
+  OUT=$ROOT/$env
+  case "$env" in
+    toolcall) DATA="--env toolcall --toolcall_categories simple_python,multiple,parallel,parallel_multiple --toolcall_max_schema_chars 1200 --no-toolcall_example"
+              EVAL="$DATA --max_new_tokens 96 --batch_size 20 --dtype fp32"; GREEDY_LIMIT=60; SAMPLED_LIMIT=60; T=0.4 ;;
+    mixed)    EVAL="--env mixed --max_new_tokens 48 --batch_size 100 --dtype fp32"; GREEDY_LIMIT=200; SAMPLED_LIMIT=100; T=0.7 ;;
+    *) echo "ENVS: toolcall and/or mixed, got '$env'" >&2; exit 2 ;;
+  esac
+  [ -d "$OUT/sft/final" ] || STEPS=48 SAVE_EVERY=8 OUT=$OUT MODEL=$MODEL bash scripts/warm_start.sh "$env"
+  models="base=$MODEL"
+  for s in 8 16 24 32 40; do models="$models step_$s=$OUT/sft/hf/step_$s"; done
+  models="$models step_48=$OUT/sft/final"
+  for pair in $models; do
+    name=${pair%%=*}; path=${pair#*=}
+    # shellcheck disable=SC2086
+    [ -f "$OUT/eval/${name}_greedy/results.json" ] || python eval.py --model_name_or_path "$path" $EVAL \
+        --limit "$GREEDY_LIMIT" --output_dir "$OUT/eval/${name}_greedy"
+    # shellcheck disable=SC2086
+    [ -f "$OUT/eval/${name}_sampled/results.json" ] || python eval.py --model_name_or_path "$path" $EVAL \
+        --limit "$SAMPLED_LIMIT" --n 4 --k 1,4 --temperature "$T" --seed 0 --output_dir "$OUT/eval/${name}_sampled"
+  done
+done
+python experiments/warm_start_report.py "$ROOT" --output experiments/results/warm_start.md
