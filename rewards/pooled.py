@@ -55,7 +55,7 @@ class PooledRewards:
         outcomes = self.pool.map(calls) if calls else []
         for (f, start, stop), outcome in zip(owners, outcomes):
             self._check_size(outcome, f, stop - start)
-        floors = self._controls(calls, owners, outcomes, prompts, samples, step)
+        floors = self._controls(owners, outcomes, prompts, samples, step)
         for k, ((f, start, stop), outcome) in enumerate(zip(owners, outcomes)):
             account = self.accounts[f]
             account.settle(outcome.status, outcome.value, outcome.retried, n=stop - start)
@@ -75,7 +75,7 @@ class PooledRewards:
             got = f"{len(values)} values" if isinstance(values, list) else f"{values!r:.80}"
             outcome.status, outcome.value = "error", f"returned {got} for {size} completions; expected a list of {size}"
 
-    def _controls(self, calls, owners, outcomes, prompts, samples, step) -> dict:
+    def _controls(self, owners, outcomes, prompts, samples, step) -> dict:
         """Run the control of every call that raised, of a function that has scored a response (module docstring);
         mark those whose control succeeded MALFORMED. Returns {call index: the floor score of each completion}."""
         working = {f for (f, _, _), o in zip(owners, outcomes) if o.status == "ok"}
