@@ -7,8 +7,9 @@ apart by their fields:
   point's (`prompt_helpers`), then `test` + `check(<entry_point>)`, held out. So check() calls the prompt's helpers
   (HumanEval/32's `poly`, /38's `encode_cyclic`, /50's `encode_shift`) as the prompt wrote them, run in the test
   harness, never a redefinition in the model's code (issue 62).
-- MBPP (`test_list`): `prompt`, `test_list` (asserts), optional `test_imports` (run before the model's code) and
-  `code` (the reference solution: the functions it defines are the ones the tests call, e.g. mbpp-126's `sum`).
+- MBPP (`test_list`): `prompt`, `test_list` (asserts), optional `test_imports` (run before the model's code, and
+  before each test, in the test harness) and `code` (the reference solution: the functions it defines are the ones
+  the tests call, e.g. mbpp-126's `sum`).
   The first MBPP_SHOWN_TESTS tests are shown (envs/code_env.py), the rest held out.
 - LiveCodeBench (`public_test_cases`): the rows of livecodebench/code_generation_lite as its own loader reads them
   (lcb_runner/benchmarks/code_generation.py, LiveCodeBench/LiveCodeBench at 28fef95): `question_content`,
@@ -141,8 +142,11 @@ def _mbpp(row: dict, prompt_key: str) -> CodeTask:
         raise BadCodeRow("an MBPP row needs 'test_list', a non-empty list of strings")
     shown = tests[:MBPP_SHOWN_TESTS]
     text = MBPP_TEMPLATE.format(prompt=str(row[prompt_key]).strip(), tests="\n".join(t.strip() for t in shown))
-    prefix = "\n".join(row.get("test_imports") or []) + "\n"
-    return CodeTask(_user(f"{text}\n\n{INSTRUCTION}"), prefix, list(tests), len(shown),
+    imports = "\n".join(row.get("test_imports") or [])
+    # each test runs the row's imports itself, in the harness: what it imports (`from math import isclose`) is the
+    # genuine name, never one the program rebound (issue 62); the program keeps them too, as MBPP runs them
+    run = [f"{imports}\n{t}" if imports else t for t in tests]
+    return CodeTask(_user(f"{text}\n\n{INSTRUCTION}"), imports + "\n", run, len(shown),
                     _defined_names(row.get("code") or ""))
 
 

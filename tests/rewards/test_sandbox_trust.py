@@ -51,6 +51,9 @@ NAMESPACE_ATTACKS = {
         "def encode(value, as_handle, depth=0):\n    if type(value) is dict and 'similar_elements' in value:\n"
         "        value = {**value, '__builtins__': {**vars(builtins), 'set': lambda *a: Yes()}, '__name__': 'x'}\n"
         "    return real(value, as_handle, depth)\nwire.encode = encode\n"),
+    "test_imports_name": ({**MBPP["mbpp-82"], "test_imports": ["from math import isclose"],
+                           "test_list": [t.replace("math.isclose", "isclose") for t in MBPP["mbpp-82"]["test_list"]]},
+                          "def volume_sphere(r):\n    return 0\nisclose = lambda *a, **k: True\n"),
     "humaneval_tuple": (HUMANEVAL["HumanEval/33"], "    return l\n" + YES + STR_KEY +
                         "import builtins\nglobals()[Key('k')] = {**vars(builtins), 'tuple': lambda *a: Yes()}\n"),
 }
