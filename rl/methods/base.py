@@ -129,4 +129,5 @@ def add_advantage_flags(p):
     g.add_argument("--scale_rewards", choices=("group", "batch", "none"), default="group",
                    help="GRPO std scaling: group std, batch std, or none (Dr.GRPO)")
     g.add_argument("--final_norm", choices=("response", "token", "none"), default="response",
-                   help="GDPO/DARA batch normalisation of the summed advantage (token = verl's masked whitening)")
+                   help="GDPO/DARA/GD²PO-Hard batch normalisation of the summed advantage (token = verl's masked "
+                        "whitening; GD²PO-Hard: over the kept responses; DVAO has none, as the DARA authors' code)")

@@ -3,8 +3,9 @@
 # of a run, written out so that the launcher documents it (DeepSpeed-Chat's convention). Sourced, not run.
 #
 # Usage of a launcher:  bash scripts/gpu/<deployment>.sh METHOD MODEL [extra train.py flags]
-#   METHOD: any rl/methods/<name>.py (grpo | gdpo | dara | tcpo | mt_grpo | maestro have a recipe below; another
-#           method runs with the shared settings and its own defaults)      MODEL: qwen3-4b | r1-distill-llama-8b
+#   METHOD: any rl/methods/<name>.py (grpo | gdpo | dara | dvao | gd2po_hard | tcpo | mt_grpo | maestro have a
+#           recipe below; another method runs with the shared settings and its own defaults)
+#   MODEL: qwen3-4b | r1-distill-llama-8b
 #   DRY_RUN=1 prints the deepspeed command and exits without running it (tests/benchmarks/test_gpu_scripts.py checks it).
 #   Any setting below can be overridden from the environment (LR=2e-6 MAX_STEPS=50 ...); extra flags go last and
 #   therefore win over the ones written here.
@@ -81,6 +82,16 @@ credo_configure() {
     dara)
       # DARA's main variant (asym) with the paper's weight cap w_max = 5.
       method_args=(--algo dara --dara_variant asym --dara_w_max 5 --reward_funcs correctness,format
+                   --format_style boxed --final_norm response --beta 0.0 --clip_ratio_high 0.28)
+      ;;
+    dvao)
+      # DVAO: the rewards' z-scores weighted by their in-group spread (base weights 1/K), no batch normalisation.
+      method_args=(--algo dvao --reward_funcs correctness,format --format_style boxed
+                   --beta 0.0 --clip_ratio_high 0.28)
+      ;;
+    gd2po_hard)
+      # GD²PO-Hard: GDPO without sign-conflicting responses, q (the kept share) applied as the GD²PO authors' code.
+      method_args=(--algo gd2po_hard --gd2po_weight_at advantage --reward_funcs correctness,format
                    --format_style boxed --final_norm response --beta 0.0 --clip_ratio_high 0.28)
       ;;
     tcpo)

@@ -56,7 +56,7 @@ def test_unknown_scale_is_refused():
         grpo(torch.zeros(2), torch.zeros(2, dtype=torch.long), scale="rank")
 
 
-@pytest.mark.parametrize("name", ["grpo", "gdpo", "dara", "tcpo", "mt_grpo", "rloo", "maestro"])
+@pytest.mark.parametrize("name", ["grpo", "gdpo", "dara", "dvao", "gd2po_hard", "tcpo", "mt_grpo", "rloo", "maestro"])
 def test_each_method_s_maths_is_public_as_rl_advantages_name(name):
     # the public names (DESIGN.md): rl.advantages.<name> is the function rl/advantages/<name>.py defines
     import importlib
