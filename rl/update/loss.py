@@ -1,5 +1,5 @@
 """The per-token policy losses (--loss_mode: PPO-clip, GSPO, CISPO, SAPO), KL to the reference, and verl's loss
-aggregation modes. Pure tensor code."""
+aggregation modes (seq-mean-token-sum-norm divided as TRL's Dr.GRPO: agg_loss). Pure tensor code."""
 from dataclasses import dataclass
 
 import torch
@@ -9,7 +9,7 @@ KL_TYPES = ("k1", "k2", "k3")
 
 
 def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, num_tokens=None, num_seqs=None, norm_len=None):
-    """Reduce a per-token loss to a scalar with verl's semantics.
+    """Reduce a per-token loss to a scalar: verl's mode names and, for the first three, verl's semantics.
 
     Args:
         loss_mat: Tensor[B, T] per-token loss.
@@ -18,11 +18,17 @@ def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, num_tokens=N
             token-mean: sum of all token losses / number of tokens.
             seq-mean-token-sum: mean over sequences of each sequence's token sum.
             seq-mean-token-mean: mean over sequences of each sequence's token mean.
-            seq-mean-token-sum-norm (Dr.GRPO): mean over sequences of token sum / norm_len.
+            seq-mean-token-sum-norm (Dr.GRPO): sum of all token losses / (num_seqs x norm_len), which is how
+                TRL divides (grpo_trainer.py, loss_type "dr_grpo": sum / (B x max_completion_length), TRL at
+                f2cd577), not how verl does: verl's agg_loss (core_algos.py at b178a3c) divides the summed
+                sequence losses by loss_scale_factor (default T) alone, with no mean over the sequences, so its
+                loss is num_seqs times credo's (with Adam mostly a rescaling, but not under gradient clipping).
         num_tokens, num_seqs: denominators when this batch is a slice of a larger one (micro-batches,
-            ranks); by default this batch's own counts, which is verl's single-batch result.
-        norm_len: constant length for seq-mean-token-sum-norm; defaults to T, as verl does. The trainer
-            passes --max_answer_seq_len so that the divisor stays constant through training.
+            ranks); by default this batch's own counts, which is verl's single-batch result (TRL's for
+            seq-mean-token-sum-norm).
+        norm_len: constant length for seq-mean-token-sum-norm (TRL's max_completion_length, verl's
+            loss_scale_factor); defaults to T, as verl's does. The trainer passes --max_answer_seq_len so that the
+            divisor stays constant through training.
 
     Returns:
         scalar Tensor.
