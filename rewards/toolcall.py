@@ -14,25 +14,32 @@ and the two keys are ToolRL's. A failure says why ("code: detail"), which the en
 The rewards (`--reward_funcs`, each built by name in rewards/registry.py from the flags of
 `add_toolcall_reward_flags`):
 - tool_format: 1 when the response parses in the layout its row expects (DARA section C.2, ToolRL's R_format), else 0.
+  credo's stricter reading: the parse also needs every call line to be a JSON object with exactly "name" and
+  "parameters". ToolRL's format reward (and DARA's copy, zhaihaotian/DARA@0459102 tool_calling/vendor/verl/verl/
+  utils/reward_score/rlla.py customize_format_reward_func) is a regular expression over the tags alone; the JSON is
+  checked in their correctness reward (customize_correctness_reward_tool: a call line json.loads refuses scores its
+  minimum, -3). So a well-tagged response with a broken call line scores 1 on their format, 0 on credo's.
 - tool_correct: 1 when BFCL's AST checker accepts the parsed calls (rewards/bfcl.py), else 0; on a no-call row, 1
-  when the response parses with `<response>` and no call. `--tool_correct_mode toolrl` gives ToolRL's partial
-  credit in [-3, 3] instead (rewards/bfcl.toolrl_partial_credit; 3 for a call the checker accepts, -3 for a
-  response that does not parse, 0 on a no-call row, as ToolRL scores rows without a tool call).
-- think_length: 1 when the `<think>` segment has at most `--think_length_limit` (16) whitespace-separated words, 0
-  when it is longer or the tags are missing (DARA section C.3).
+  when the response parses with `<response>` and no call (credo's default, "ast"). `--tool_correct_mode toolrl`
+  gives ToolRL's partial credit in [-3, 3] instead (rewards/bfcl.toolrl_partial_credit; 3 for a call the checker
+  accepts, -3 for a response that does not parse, 0 on a no-call row, as ToolRL scores rows without a tool call);
+  that is the correctness reward the DARA authors' code trains with (customize_correctness_reward_tool, above);
+  BFCL's checker is what they evaluate with.
+- think_length: 1 when the last `<think>` block has at most `--think_length_limit` (16) whitespace-separated words,
+  0 when it is longer or a tag is missing (DARA section C.3). The block is read as DARA's code reads it
+  (rlla.py customize_length_reward_func, same commit; the GD²PO authors' rlla.py reads it the same way): the text
+  after the last `<think>` up to the next `</think>`, when both tags occur somewhere in the response.
 - length_budget: 1 when the response has at most `--length_budget_tokens` generated tokens, else 0 (DARA section
   4.2's binary budget reward). It counts the sampled token ids (TRL's completion_ids, the EOS included). The
   `length` reward (words before the final answer, --length_limit) keeps its meaning.
 """
 import json
-import re
 from dataclasses import dataclass
 
 from rewards.bfcl import check_calls, checker_route, toolrl_partial_credit
 
 TAGS = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<response>", "</response>")
 CALL_KEYS = ("name", "parameters")
-THINK = re.compile(r"<think>(.*?)</think>", re.S)
 DEFAULT_THINK_LIMIT = 16  # DARA section C.3
 TOOLRL_RANGE = (-3.0, 3.0)  # ToolRL's R_correct
 # credo's reading: no BFCL answer nests near this (a call object, its parameters, a few levels of arguments); a call
@@ -151,7 +158,8 @@ class ToolCallVerifier:
 
 
 class ToolFormatReward:
-    """tool_format: 1 when the response parses in the layout its row expects (DARA C.2, ToolRL's R_format)."""
+    """tool_format: 1 when the response parses in the layout its row expects (DARA C.2, ToolRL's R_format); the
+    JSON of the call lines is part of credo's parse, not of ToolRL's format reward (module docstring)."""
     name = "tool_format"
 
     def __init__(self):
@@ -186,13 +194,16 @@ class ToolCorrectReward:
 
 
 def think_words(completion: str):
-    """Whitespace-separated words of the first <think>...</think> segment; None when the tags are missing."""
-    match = THINK.search(completion or "")
-    return None if match is None else len(match.group(1).split())
+    """Whitespace-separated words of the last <think> block as DARA's rlla.py reads it (module docstring): the text
+    after the last `<think>` up to the next `</think>`; None when either tag is missing from the response."""
+    text = completion or ""
+    if "<think>" not in text or "</think>" not in text:
+        return None
+    return len(text.split("<think>")[-1].split("</think>")[0].split())
 
 
 class ThinkLengthReward:
-    """think_length: 1 when the <think> segment has at most `limit` words, 0 when longer or missing (DARA C.3)."""
+    """think_length: 1 when the last <think> block has at most `limit` words, 0 when longer or missing (DARA C.3)."""
     name = "think_length"
 
     def __init__(self, limit: int = DEFAULT_THINK_LIMIT):
@@ -266,10 +277,10 @@ def add_toolcall_reward_flags(parser):
     g = parser.add_argument_group("DARA's rewards (--reward_funcs tool_format, tool_correct, think_length, "
                                   "length_budget; docs/toolcall.md)")
     g.add_argument("--tool_correct_mode", choices=ToolCorrectReward.MODES, default="ast",
-                   help="tool_correct: ast = 1 when BFCL's AST checker accepts the calls, else 0; toolrl = ToolRL's "
-                        "partial credit in [-3, 3] (tool names, argument names and values; credo's reading for BFCL's "
-                        "accepted-value answers)")
+                   help="tool_correct: ast = 1 when BFCL's AST checker accepts the calls, else 0 (credo's default); "
+                        "toolrl = ToolRL's partial credit in [-3, 3] (tool names, argument names and values; credo's "
+                        "reading for BFCL's accepted-value answers), the correctness reward DARA's code trains with")
     g.add_argument("--think_length_limit", type=int, default=DEFAULT_THINK_LIMIT,
-                   help="think_length: 1 when the <think> segment has at most this many whitespace-separated words "
-                        "(DARA C.3: 16)")
+                   help="think_length: 1 when the last <think> block has at most this many whitespace-separated "
+                        "words (DARA C.3: 16)")
     add_length_budget_flag(g)

@@ -141,6 +141,19 @@ def test_think_length_is_zero_when_the_tags_are_missing():
     assert ThinkLengthReward(16)(None, "<think>short and never closed", TRIANGLE) == 0.0
 
 
+def test_think_length_reads_the_last_think_block_as_the_dara_authors_code():
+    # zhaihaotian/DARA@0459102 rlla.py customize_length_reward_func: response.split("<think>")[-1].split("</think>")[0]
+    def authors(response, limit=16):
+        if "<think>" not in response or "</think>" not in response:
+            return 0.0
+        return float(len(response.split("<think>")[-1].split("</think>")[0].strip().split()) <= limit)
+    long_then_short = "<think>" + "w " * 20 + "</think>\n<think>two words</think>"
+    short_then_long = "<think>two words</think>\n<think>" + "w " * 20 + "</think>"
+    for response in (long_then_short, short_then_long, "<think>a</think> text <think>" + "w " * 20):
+        assert ThinkLengthReward(16)(None, response, TRIANGLE) == authors(response)
+    assert ThinkLengthReward(16)(None, long_then_short, TRIANGLE) == 1.0  # the first block would have given 0
+
+
 def test_length_budget_counts_the_sampled_token_ids():
     reward = LengthBudgetReward(3)
     assert reward(["p", "p"], ["a", "b"], completion_ids=[[1, 2, 3], [1, 2, 3, 4]]) == [1.0, 0.0]
