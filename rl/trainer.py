@@ -27,6 +27,8 @@ from rl.log.refinement_metrics import refinement_metrics
 from rl.rollout.samplers import make_sampler
 from rl.errors import RewardFailure
 from rl.scoring import Scorer, ScoringSettings
+from rl.run.preflight import preflight
+from rl.run.saved_config import plain_flags
 from rl.run.start import OutputSettings, start_run
 from rl.update.step_guard import StepGuard
 from rl.update.ppo import LossSettings, mini_batch_count, no_grad_logprobs, ppo_update, update_sampling_signals
@@ -37,23 +39,11 @@ from rl.run.best_checkpoint import BestCheckpoint
 logger = logging.getLogger(__name__)
 
 
-def _default_single_process_env():
-    """`python train.py` without a launcher: a one-rank process group on localhost."""
-    if "RANK" in os.environ or "OMPI_COMM_WORLD_RANK" in os.environ:
-        return
-    import socket
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_SIZE="1", MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port))
-
-
 class Trainer:
     def __init__(self, args):
         self.args = args
         set_cpu_threads()
-        _default_single_process_env()
+        dist.default_single_process_env()
         dist.init_distributed(timeout=timedelta(minutes=args.dist_timeout_minutes))
         self.rank, self.world = dist.rank(), dist.world_size()
         random.seed(args.seed + self.rank)
@@ -63,6 +53,9 @@ class Trainer:
         self.tokenizer = load_tokenizer(args.model_name_or_path)
         data = DataSettings.from_args(args)
         self.data = PromptStream(training_rows(data), data.seed)
+        # every rank reachable, and on the same flags, model and data as rank 0 (rl/run/preflight.py)
+        preflight(plain_flags(args), args.model_name_or_path, self.data.rows_sha256(),
+                  timeout_s=min(120.0, args.dist_timeout_minutes * 60))
         repeated = repeated_rows_warning(len(self.data.rows), args.per_device_generation_batch_size * self.world,
                                          f"--data_path {args.data_path}" if args.data_path else f"--env {args.env}")
         if repeated and self.rank == 0:

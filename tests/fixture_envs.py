@@ -104,3 +104,26 @@ class HalfSilentEnv(ArithEnv):
                 return 0.0
             return sum(c.isdigit() for c in text) / max(len(text), 1)
         return score
+
+
+class OtherDataOnRankOneEnv(DigitFractionEnv):
+    """Rank 1 generates other training rows than rank 0, as a node reading an edited copy of the data file would
+    (the pre-flight check's test)."""
+
+    @classmethod
+    def dataset(cls, split, n, seed):
+        import os
+        return super().dataset(split, n, seed + (1 if os.environ.get("RANK") == "1" else 0))
+
+
+class LateRankOneEnv(DigitFractionEnv):
+    """Rank 1 takes 25 s to read its training rows (after the process group formed: the flags' check draws one row),
+    as a rank stuck on a slow file system would."""
+
+    @classmethod
+    def dataset(cls, split, n, seed):
+        import os
+        import time
+        if os.environ.get("RANK") == "1" and n > 1:
+            time.sleep(25)
+        return super().dataset(split, n, seed)

@@ -15,6 +15,7 @@ import deepspeed.comm as dist
 from deepspeed.accelerator import get_accelerator
 
 from rl import REPO_ROOT
+from rl.errors import TrainingAborted
 
 
 
@@ -54,7 +55,13 @@ def init_distributed(timeout=None):
     own_dir = own_extensions_dir()
     extensions_dir = os.environ.setdefault("TORCH_EXTENSIONS_DIR", own_dir)
     load_shm_comm_op(extensions_dir, owned=os.path.abspath(extensions_dir) == own_dir)
-    deepspeed.init_distributed(**({"timeout": timeout} if timeout is not None else {}))
+    try:
+        deepspeed.init_distributed(**({"timeout": timeout} if timeout is not None else {}))
+    except torch.distributed.DistStoreError as exc:  # the rendezvous: some rank's launcher never joined
+        raise TrainingAborted(
+            f"the process group did not form: {exc} (rank {os.environ.get('RANK')} of {os.environ.get('WORLD_SIZE')}, "
+            f"rendezvous {os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}). Every node's launcher must "
+            f"start within --dist_timeout_minutes and reach that address") from None
     unlink_shm_buffer()
 
 

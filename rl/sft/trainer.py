@@ -27,6 +27,8 @@ from rl.log.metrics import MetricsLogger
 from rl.rollout.data import PromptStream
 from rl.rollout.tokens import eos_ids
 from rl.run.checkpoint import checkpoint_root, export_hf, load_checkpoint, save_checkpoint
+from rl.run.preflight import preflight
+from rl.run.saved_config import plain_flags
 from rl.run.start import OutputSettings, start_run
 from rl.sft.config import parser_defaults
 from rl.sft.data import SFTDataSettings, make_examples, source_rows
@@ -59,6 +61,8 @@ class SFTTrainer:
         examples, self.data_stats = make_examples(source_rows(self.data_settings), self.tokenizer, self.eos_ids,
                                                   self.data_settings, self.env)
         self.data = PromptStream(examples, args.seed)
+        preflight(plain_flags(args), args.model_name_or_path, self.data.rows_sha256(),  # rl/run/preflight.py
+                  timeout_s=min(120.0, args.dist_timeout_minutes * 60))
         self.micro, self.accumulation = args.per_device_train_batch_size, args.gradient_accumulation_steps
         self.global_batch = self.micro * self.accumulation * self.world
         self.steps = args.max_steps if args.max_steps > 0 else \
