@@ -39,11 +39,15 @@ MAESTRO_WEIGHTS = ("conductor", "equal", "random", "random_action")
 META_REWARDS = ("advantage", "centred")
 PAPER = RECIPES["paper"]
 # --maestro_recipe paper also sets the training settings of the paper's Table 7 that credo has a flag for (each only
-# where the flag is not given). Sources: the KL 0.1, put into the reward, as docs/maestro.md records Table 7; the
-# other three as issue #50 records Table 7 ("sequence-level importance sampling and a top-entropy-quantile token mask
-# (0.2), with reference-model sync"), not checked here against the paper's text (not in the repo). Sequence-level
-# importance sampling is read as TRL's importance_sampling_level="sequence", which is GSPO's ratio (--loss_mode gspo),
-# not a vLLM rollout correction.
+# where the flag is not given). Sources, all second-hand (credo has not read the paper's table itself: neither the
+# paper nor the authors' code, zy125413/MAESTRO, is in the repo): the KL 0.1, put into the reward, as issue #49
+# records Table 7; the other three as issue #50 records it ("sequence-level importance sampling and a
+# top-entropy-quantile token mask (0.2), with reference-model sync"). Issue #61 records Table 7 otherwise: reference
+# sync every 6 steps (12 for the SS-GEN row), the Dr.GRPO loss aggregation as TRL computes it, masked truncated
+# completions, temperature 0.8, and the group size, learning rate and batch; it names neither GSPO nor a token mask.
+# The two records disagree; #61 item 2 is to make this recipe equal the table. Sequence-level importance sampling is
+# read as TRL's importance_sampling_level="sequence", which is GSPO's ratio (--loss_mode gspo), not a vLLM rollout
+# correction.
 TABLE7_TRAINING = {"maestro_kl_in_reward": 0.1, "loss_mode": "gspo", "top_entropy_quantile": 0.2,
                    "sync_ref_model": True}
 # What the recipe cannot set, because the repo does not record the value: the sync's alpha and interval (TRL's
@@ -127,8 +131,8 @@ class Maestro(Method):
                             "Conductor barely moves) with credo's update defaults. paper: that Conductor and the "
                             "training settings of the paper's Table 7 that credo has: --maestro_kl_in_reward 0.1, "
                             "--loss_mode gspo (its sequence-level importance sampling), --top_entropy_quantile 0.2, "
-                            "--sync_ref_model (the last three from a second-hand record of Table 7, unchecked against "
-                            "the paper's text: docs/maestro.md); it cannot set the sync's alpha and interval (TRL's defaults 0.6 / 512), "
+                            "--sync_ref_model (the last three from issue #50's record of Table 7, which issue #61's "
+                            "record contradicts; both unchecked against the paper's text: docs/maestro.md); it cannot set the sync's alpha and interval (TRL's defaults 0.6 / 512), "
                             "GSPO's clip range, the optimiser, batch or lengths, which the repo does not record. "
                             "small: credo's deviation for short CPU runs: unit-norm h, "
                             f"lr {RECIPES['small']['lr']:g}, an update every step. Every flag given explicitly wins")
