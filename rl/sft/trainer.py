@@ -178,6 +178,8 @@ class SFTTrainer:
                 return
             if out.save_steps and self.step % out.save_steps == 0 and self.step < self.steps:
                 self.save()
+            if out.save_model_only_steps and self.step % out.save_model_only_steps == 0 and self.step < self.steps:
+                export_hf(self.actor, self.tokenizer, os.path.join(out.output_dir, "hf", f"step_{self.step}"))
         bar.close()
         self.save()
         if out.final_export:

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 # arith's own train split, 6 steps of 4 examples; a linear LR decay, so a resume must restore the schedule too
 RUN = ["--env", "arith", "--num_train_samples", "40", "--max_steps", "6", "--per_device_train_batch_size", "2",
        "--gradient_accumulation_steps", "2", "--actor_learning_rate", "1e-3", "--lr_scheduler_type", "linear",
-       "--max_seq_len", "256", "--save_steps", "3", "--save_total_limit", "0", "--eval_steps", "3", "--eval_limit", "4",
+       "--max_seq_len", "256", "--save_steps", "3", "--save_total_limit", "0", "--save_model_only_steps", "2", "--eval_steps", "3", "--eval_limit", "4",
        "--max_answer_seq_len", "8", "--dtype", "fp32", "--seed", "7"]
 
 
@@ -68,6 +68,7 @@ def test_the_export_is_what_train_and_eval_take(sft_run, tiny_model_dir):
     from transformers import AutoModelForCausalLM
     final = os.path.join(sft_run, "final")
     tuned = AutoModelForCausalLM.from_pretrained(final)
+    assert sorted(os.listdir(os.path.join(sft_run, "hf"))) == ["step_2", "step_4"]  # --save_model_only_steps 2
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     assert any(not torch.equal(p, q) for p, q in zip(tuned.parameters(), base.parameters()))  # it trained
     assert metrics(sft_run)[-1]["train/loss"] < metrics(sft_run)[0]["train/loss"]
