@@ -1,10 +1,64 @@
+import functools
+import os
+
 import pytest
 
 from tests.helpers import ZERO3_TWO_RANK_RUN, build_tiny_model, free_port, run_train
 
+# Session runs that tests in several files read (below): under pytest-xdist each worker builds its own copy of a
+# session fixture, so every file that reads one runs on the same worker.
+SHARED_RUNS = ("zero3_two_rank_run", "maestro_two_rank_run")
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: real-model or real-launcher runs (seconds to minutes)")
+    config.addinivalue_line("markers", "serial: cannot share the machine with another test (it looks at every process, "
+                            "uid, segment or file of the machine or checkout, or asserts a wall-clock bound a second "
+                            "test would break): scripts/test.sh runs these alone, after the parallel phase")
+
+
+# `bash scripts/test.sh` runs the tests not marked serial on 2 pytest-xdist workers, then the serial ones in one
+# process. The parallel phase hands out whole work units: a test file, or every file that reads one of SHARED_RUNS.
+# Whole files, because 27 files have module-scoped fixtures (a launch in about half of them) that xdist's default,
+# test-by-test scheduling would build on both workers; shared runs, because a session fixture is built once per
+# worker. That is `--dist loadfile` with the files of one shared run merged, which xdist does not offer by itself
+# (loadgroup's markers rename every test id to `id@group`, which cannot be pasted back into pytest).
+@functools.lru_cache(maxsize=None)
+def work_unit(rootdir: str, path: str) -> str:
+    """The file's path, or the first shared run its source names (a fixture is requested by its name)."""
+    try:
+        with open(os.path.join(rootdir, path)) as f:
+            source = f.read()
+    except OSError:
+        return path
+    return next((name for name in SHARED_RUNS if name in source), path)
+
+
+@pytest.hookimpl(optionalhook=True)  # optional: .venv-vllm's pytest loads this file without xdist
+def pytest_xdist_make_scheduler(config, log):
+    if config.option.dist != "load":  # xdist's default under -n; an explicit other --dist is kept
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WholeFilesAndSharedRuns(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            return work_unit(str(config.rootpath), nodeid.split("::")[0])
+
+    # units in the order the workers collected them (below), not xdist's largest-count-first reordering, which would
+    # put the vLLM suite's 2 tests (2 minutes) last, with the other worker idle
+    config.option.loadscopereorder = False
+    return WholeFilesAndSharedRuns(config, log)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """On an xdist worker: the units with a slow test (a launch, seconds to minutes) first, each in its own order, so
+    that the last units handed out are short and neither worker waits long for the other at the end."""
+    if not hasattr(config, "workerinput"):
+        return
+    unit = {item: work_unit(str(config.rootpath), item.nodeid.split("::")[0]) for item in items}
+    slow_units = {unit[item] for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: unit[item] not in slow_units)  # stable: a unit keeps its collection order
 
 
 @pytest.fixture(scope="session")

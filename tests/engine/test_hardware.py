@@ -2,6 +2,7 @@
 import json
 import os
 
+import pytest
 import torch
 
 from rl.engine import hardware
@@ -32,6 +33,7 @@ def test_the_probe_is_measured_once_per_machine_and_then_read(tmp_path, monkeypa
     assert json.loads(path.read_text())["bf16_speedup"] == 0.5
 
 
+@pytest.mark.serial  # measures the CPU's matmul speed: alone, or it measures the other test too
 def test_a_real_probe_measures_both_dtypes():
     record = hardware.probe_bf16(seconds=0.02)
     assert record["fp32_gflops"] > 0 and record["bf16_gflops"] > 0
@@ -46,6 +48,7 @@ def test_the_isa_probe_agrees_with_the_kernel_flags():
     assert (isa != "") == bool(flags & {"amx_bf16", "avx512_bf16"})
 
 
+@pytest.mark.serial  # --dtype auto measures the CPU's matmul speed (a real probe): alone
 def test_parse_args_resolves_auto_and_says_what_it_chose(tiny_model_dir, capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("CREDO_CACHE_DIR", str(tmp_path))
     args = parse_args(["--model_name_or_path", tiny_model_dir])

@@ -183,6 +183,7 @@ def test_a_line_forged_on_the_api_pipe_forfeits_the_task_without_a_reward_error(
 
 
 # ---- hangs and memory: bounded, nothing left running -------------------------------------------------------------
+@pytest.mark.serial  # a wall-clock bound (10 s for about 5 s of work) that a second test on the cores could break
 def test_an_endless_view_cannot_hang_a_step_or_leave_a_thread():
     env = make_env("appworld", max_turns=2)
     env.reset({"id": TASK})

@@ -11,6 +11,12 @@ from rewards.code import execute, run_many, run_tests
 from rewards.sandbox.runner import UID_BASE
 from tests.helpers import REPO_ROOT
 
+# Alone (scripts/test.sh's serial phase): the autouse check below compares `git status` of the whole checkout, which
+# another worker's test writes in (output/eval/...), and looks for every sandbox uid's process on the machine, which
+# another worker's sandboxed programs have; neither can tell this test's from another's. The runaway programs also
+# assert wall-clock bounds of a few seconds.
+pytestmark = pytest.mark.serial
+
 
 def repo_state():
     """The checkout's changed, new and ignored files, less the bytecode caches this interpreter writes on a first

@@ -256,6 +256,7 @@ for _ in range(6):
 """
 
 
+@pytest.mark.serial  # every segment on the host, before and after (the new ones removed): alone, they are this run's
 def test_shared_memory_neither_outlives_the_run_nor_exceeds_its_memory():
     before = host_shm_segments()
     try:
@@ -300,6 +301,7 @@ print("children", ok, flush=True)
     assert "children 5" not in result.stdout, result  # 320 MiB across five children of a 128 MiB run
 
 
+@pytest.mark.serial  # every run folder on the host, before and after: alone, a new one is this run's
 def test_a_deep_directory_tree_neither_crashes_execute_nor_leaks():
     program = "import os\nfor _ in range(3000):\n    os.mkdir('d')\n    os.chdir('d')\nprint('deep')\n"
     leftovers = lambda: set(glob.glob("/run/credo-sandbox/run-*")) | set(glob.glob("/tmp/credo-sandbox*/run-*"))  # noqa

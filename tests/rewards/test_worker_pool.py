@@ -18,6 +18,7 @@ def pool():
     p.close()
 
 
+@pytest.mark.serial  # a wall-clock bound (4 s for about 2.3 s of work) that a second test on the cores could break
 def test_calls_that_all_hang_cost_about_two_timeouts_the_call_and_its_retry_not_one_per_call(pool):
     start = time.monotonic()
     outcomes = pool.map([(0, ("p", "c", {}), {})] * 4)

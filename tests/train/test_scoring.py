@@ -46,6 +46,7 @@ def closing():
         scorer.close()
 
 
+@pytest.mark.serial  # a wall-clock bound (5 s for 2 timeouts of 1 s and new workers) a second test could break
 def test_a_hanging_reward_costs_about_two_timeouts_per_step_not_one_per_call_and_stops_the_run(closing):
     scorer = make_scorer("--reward_funcs", "correctness,tests.fixture_rewards:hangs", "--reward_timeout", "1",
                          "--max_reward_error_rate", "1")

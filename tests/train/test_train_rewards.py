@@ -2,26 +2,42 @@
 (`python train.py`, whose exit is under test; the run stops: the judge is down), a broken one, a TRL-style one (train.py's main() in the test process)."""
 import os
 import time
+import uuid
 
+import psutil
 import pytest
 
 from rl.run.checkpoint import latest_checkpoint
 from rl.log.loggers import read_metrics
-from tests.helpers import REPO_ROOT, run_train, run_train_in_process
-from tests.procs import orphaned_workers
+from tests.helpers import run_train, run_train_in_process
 from tests.train.test_train_deepspeed import TINY_RUN, assert_ok
 
 pytestmark = pytest.mark.slow
 CALLS_PER_STEP = 8  # 2 prompts x 4 generations on the one rank
+RUN_TAG = "CREDO_TEST_RUN_TAG"
 
 
-def orphaned_reward_workers() -> list:
-    """Reward worker processes of this checkout that outlived their trainer."""
-    return orphaned_workers("rewards.reward_worker", REPO_ROOT, parent_to_skip=os.getpid())
+def reward_workers_of_run(tag: str) -> list:
+    """Live reward worker processes started under the run whose environment had RUN_TAG=tag: a worker inherits the
+    environment of the train.py that started it, so this finds that run's workers and no other test's (under
+    scripts/test.sh another pytest worker's runs start theirs meanwhile). Once that train.py has exited, each one
+    found outlived its trainer."""
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        if "rewards.reward_worker" in " ".join(p.info["cmdline"] or []):
+            try:
+                if p.environ().get(RUN_TAG) == tag:
+                    found.append(p.pid)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):  # gone (or a zombie: it has exited) meanwhile
+                pass
+    return found
 
 
-def test_a_reward_that_hangs_on_every_call_stops_the_run_as_down_and_train_py_exits(tiny_model_dir, tmp_path):
+def test_a_reward_that_hangs_on_every_call_stops_the_run_as_down_and_train_py_exits(tiny_model_dir, tmp_path,
+                                                                                    monkeypatch):
     out = str(tmp_path)
+    tag = uuid.uuid4().hex
+    monkeypatch.setenv(RUN_TAG, tag)  # run_train passes this process's environment to train.py
     start = time.monotonic()
     # `python train.py`, a process of its own: that it exits, leaving no worker behind, is part of the test
     proc = run_train(["--model_name_or_path", tiny_model_dir, "--output_dir", out, *TINY_RUN, "--max_steps", "2",
@@ -34,7 +50,7 @@ def test_a_reward_that_hangs_on_every_call_stops_the_run_as_down_and_train_py_ex
     assert f"reward 'hangs': {CALLS_PER_STEP} of {CALLS_PER_STEP} reward calls failed at step 1, every one outside " \
            "the response" in proc.stdout + proc.stderr
     assert wall < 300  # it exited: nothing joins a hung call (before, the rank stayed alive for the sleep's hour)
-    assert not orphaned_reward_workers()
+    assert not reward_workers_of_run(tag)
 
 
 def test_a_reward_that_always_raises_stops_the_run_naming_it_though_the_verifier_works(tiny_model_dir, tmp_path):
