@@ -30,6 +30,7 @@ from rl.scoring import Scorer, ScoringSettings
 from rl.run.preflight import preflight
 from rl.run.saved_config import plain_flags
 from rl.run.start import OutputSettings, start_run
+from rl.run.launch_ranks import end_at_once, launched_rank, stop_announcement
 from rl.update.step_guard import StepGuard
 from rl.update.ppo import LossSettings, mini_batch_count, no_grad_logprobs, ppo_update, update_sampling_signals
 from rl.update.ref_sync import ReferenceSync, RefSyncSettings
@@ -226,12 +227,15 @@ class Trainer:
         return True
 
     def _on_signal(self, signum, frame):
+        """The first signal stops after this step; a second one ends a bare `python train.py` at once (a launcher
+        owns the second signal of its ranks: rl/run/launch_ranks.py)."""
+        again, bare = self.stop_signal is not None, not launched_rank()
         self.stop_signal = signal.Signals(signum).name
-        if self.rank == 0:
-            # after the last step there is no step to finish: only the final save / export, then the exit
-            doing = f"finishing step {self.step + 1}, then saving" if self.step < self.steps else \
-                f"the last step ({self.step}) is done; finishing the final save"
-            print(f"\n{self.stop_signal} received: {doing} and exiting", flush=True)
+        if again and bare:
+            end_at_once(signum, self.step, self.output.checkpoints)
+        if self.rank == 0 and not again:
+            print(stop_announcement(self.stop_signal, self.step, self.steps, self.output.checkpoints,
+                                    self.output.final_export, self.output.output_dir, bare), flush=True)
 
     def _stop_requested(self) -> bool:
         """All ranks stop together if any rank was signalled (a scheduler may signal them one by one)."""

@@ -108,3 +108,48 @@ def stop_with_launcher(sig: int = signal.SIGTERM) -> bool:
     if os.getppid() != parent:  # the launcher died before the request took hold: nobody will send it
         os.kill(os.getpid(), sig)
     return True
+
+
+# --- a signal to a rank: what the first one saves, and a second one in a bare `python train.py` ---
+# The first SIGINT / SIGTERM finishes the step, saves what --save_strategy keeps and exits (rl/trainer.py). A second
+# one ends a bare `python train.py` at once, as scripts/launch.py's second Ctrl-C does, so `timeout N python train.py`
+# bounds a run. Under a launcher the launcher owns the second signal: deepspeed's launch.py answers the terminal's
+# SIGINT by sending each rank a SIGTERM of its own (a second signal that is no second request) and kills the ranks
+# 30 s later itself; scripts/launch.py kills them on a second Ctrl-C.
+
+def launched_rank() -> bool:
+    """Whether this process is a rank started by a launcher (deepspeed's launch.py, torchrun, mpirun), not a bare
+    `python train.py`."""
+    if "OMPI_COMM_WORLD_RANK" in os.environ:
+        return True
+    try:
+        parent = " ".join(psutil.Process(os.getppid()).cmdline())
+    except psutil.Error:
+        return False
+    return any(name in parent for name in (LAUNCH_MODULE, "torch.distributed.run", "torchrun"))
+
+
+def stop_announcement(signal_name: str, step: int, steps: int, checkpoints: bool, final_export: bool,
+                      output_dir: str, bare: bool) -> str:
+    """What the first signal will do: finish which step, what is saved and what is not, and what a second one does."""
+    if step >= steps:  # after the last step there is no step to finish: only the final save / export
+        saving = "finishing the final save" if checkpoints or final_export else "nothing is left to save"
+        return f"\n{signal_name} received: the last step ({step}) is done; {saving}, then exiting"
+    if checkpoints:
+        saved = f"then saving a checkpoint to continue from (--output_dir {output_dir})"
+    elif final_export:
+        saved = ("then exiting without saving: --save_strategy final writes final/ only after the last step, so "
+                 "nothing is saved")
+    else:
+        saved = "then exiting; nothing is saved (--save_strategy no)"
+    again = (f"; a second signal ends the run at once, losing step {step + 1}" if bare else "")
+    return f"\n{signal_name} received: finishing step {step + 1}, {saved} (metrics.jsonl keeps the steps done){again}"
+
+
+def end_at_once(signum: int, step: int, checkpoints: bool):
+    """A second signal in a bare run: say what is lost, then die of the signal as a process without a handler does
+    (exit status 128 + signum to a shell); the reward workers notice their parent is gone and exit too."""
+    kept = "the last checkpoint stays" if checkpoints else "nothing was saved"
+    print(f"\n{signal.Signals(signum).name} again: ending now; step {step + 1} is lost and {kept}", flush=True)
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
