@@ -16,6 +16,7 @@ def main(argv=None):
     from rl.trainer import Trainer
     from rl.engine import dist
     from rl.run.start import discard_failed_start
+    from rl.log.loggers import close_training_log
     try:
         with discard_failed_start():  # a run that fails before its first step leaves no folder behind
             Trainer(args).fit()
@@ -23,6 +24,8 @@ def main(argv=None):
         sys.exit(f"train.py: error: bad training data: {exc}")
     except TrainingAborted as exc:
         sys.exit(f"train.py: stopped: {exc}")
+    finally:
+        close_training_log(sys.exc_info()[1])  # stdout and stderr get their own descriptors back (rl/log/loggers.py)
     dist.shutdown()  # on success only (see rl/engine/dist.py)
 
 

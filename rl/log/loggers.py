@@ -9,23 +9,33 @@ on rank 0 only (the other ranks build none).
   OUTPUT_DIR/wandb without a network, for `wandb sync` later; the run id is kept in OUTPUT_DIR/wandb_run_id so a
   resumed run continues the same W&B run.
 - none: no metrics files (the console line stays).
+
+The default is jsonl and tensorboard (TensorBoard's events cost a few milliseconds a step). Besides the metrics, rank
+0's console goes to OUTPUT_DIR/training.log (start_training_log), as scripts/train.sh's own log does.
 """
 import json
 import math
 import os
+import subprocess
+import sys
 import uuid
 from dataclasses import dataclass, field
 
+import psutil
+
 REPORT_TO_CHOICES = ("jsonl", "tensorboard", "wandb", "none")
+DEFAULT_REPORT_TO = "jsonl,tensorboard"
 WANDB_ID_FILE = "wandb_run_id"
+TRAINING_LOG = "training.log"
 
 
 def add_logger_flags(p):
     g = p.add_argument_group("loggers (rank 0 only)")
-    g.add_argument("--report_to", default="jsonl",
+    g.add_argument("--report_to", default=DEFAULT_REPORT_TO,
                    help="comma list of metric loggers: jsonl (OUTPUT_DIR/metrics.jsonl, completions.jsonl), "
-                        "tensorboard, wandb (pip install -r requirements-wandb.txt; WANDB_MODE=offline needs no "
-                        "network), or none (TRL's report_to); default jsonl. --enable_tensorboard adds tensorboard")
+                        "tensorboard (OUTPUT_DIR/tensorboard), wandb (pip install -r requirements-wandb.txt; "
+                        "WANDB_MODE=offline needs no network), or none (TRL's report_to); default jsonl,tensorboard. "
+                        "--enable_tensorboard adds tensorboard")
     g.add_argument("--wandb_project", default=None,
                    help="W&B project; default $WANDB_PROJECT, else credo")
     g.add_argument("--wandb_run_name", default=None, help="W&B run name; default the name of OUTPUT_DIR")
@@ -174,6 +184,71 @@ def build_loggers(backends: tuple, output_dir: str, start_step: int, tensorboard
         elif name == "wandb":
             out.append(WandbLogger(output_dir, start_step, wandb_settings or WandbSettings()))
     return out
+
+
+# --- OUTPUT_DIR/training.log: what rank 0 printed ---
+# A run started with `python train.py` or `deepspeed train.py` keeps its console in its folder, as scripts/train.sh
+# does with tee. The file descriptors 1 and 2 themselves go through `tee -a` (one per stream, so the console keeps
+# stdout and stderr apart), so the output of the reward workers, the sandbox and DeepSpeed's C++ is kept too. Each tee
+# runs in its own session: a terminal's Ctrl-C or `timeout`'s signal to the process group must not end the log (and
+# break the run's stdout) while the run saves; a tee ends when the last writer of its pipe has gone.
+
+_tees = {}  # fd -> (the fd it had before, the tee process, the log's path)
+
+
+def _written_already(path: str) -> bool:
+    """Whether path is being written by someone else: a launcher script's tee, or this process's own stdout or
+    stderr (benchmarks hand a child the log file as its output)."""
+    real = os.path.realpath(path)
+    if not os.path.exists(real):
+        return False
+    for fd in (1, 2):
+        if os.path.exists(f"/proc/self/fd/{fd}") and os.path.realpath(f"/proc/self/fd/{fd}") == real:
+            return True
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid != os.getpid() and any(f.path == real for f in proc.open_files()):
+                return True
+        except psutil.Error:
+            continue
+    return False
+
+
+def start_training_log(output_dir: str) -> bool:
+    """Rank 0: from here on, this process's stdout and stderr also go to OUTPUT_DIR/training.log (appended); not where
+    something writes that file already. True when it started."""
+    path = os.path.join(output_dir, TRAINING_LOG)
+    if _tees or _written_already(path):
+        return False
+    for stream, fd in ((sys.stdout, 1), (sys.stderr, 2)):
+        stream.flush()
+        saved = os.dup(fd)
+        tee = subprocess.Popen(["tee", "-a", path], stdin=subprocess.PIPE, stdout=saved, close_fds=True,
+                               start_new_session=True)
+        os.dup2(tee.stdin.fileno(), fd)
+        tee.stdin.close()  # fd is now the pipe's only write end here
+        _tees[fd] = (saved, tee, path)
+    return True
+
+
+def close_training_log(ending: BaseException = None):
+    """Give stdout and stderr their own descriptors back and let the tees finish (train.py, at the end of a run).
+    `ending`: the exception ending the run; a SystemExit's message, which the interpreter prints after this, is
+    appended to the log here."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    path = None
+    for fd, (saved, tee, path) in list(_tees.items()):
+        os.dup2(saved, fd)
+        os.close(saved)
+        try:  # a reward worker that outlives the run still holds the pipe: the tee ends with it
+            tee.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        del _tees[fd]
+    if path and isinstance(ending, SystemExit) and isinstance(ending.code, str) and os.path.isdir(os.path.dirname(path)):
+        with open(path, "a") as f:
+            f.write(ending.code + "\n")
 
 
 # --- the JSONL files' strict-JSON line format (metrics.jsonl, completions.jsonl) ---

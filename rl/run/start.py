@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from rl.engine import dist
 from rl.run.checkpoint import ResumePoint, checkpoint_root, resolve_resume
 from rl.errors import TrainingAborted
-from rl.log.loggers import WandbSettings, report_backends
+from rl.log.loggers import WandbSettings, close_training_log, report_backends, start_training_log
 from rl.run.saved_config import (CONFIG_NAME, DEFAULT_SAVE_STEPS, LOCK_NAME, RunMismatch, SAVE_COST, acquire_output_lock,
                                 default_output_dir, flag_differences, machine_differences, method_flags, plain_flags,
                                 read_run_config, release_output_lock, resolved_config, write_run_config)
@@ -79,6 +79,8 @@ def start_run(args, steps: int, defaults: dict) -> RunStart:
             outcome = exc
         except OSError as exc:  # e.g. a full disk when writing config.json: the other ranks must not wait forever
             outcome = TrainingAborted(f"--output_dir {args.output_dir}: {exc}")
+        if isinstance(outcome, RunStart):  # rank 0's console from here on also goes to OUTPUT_DIR/training.log
+            start_training_log(args.output_dir)
     outcome = dist.all_gather_object(outcome)[0]
     if isinstance(outcome, BaseException):
         if dist.rank() == 0:
@@ -166,6 +168,7 @@ def discard_failed_start():
     except BaseException:
         output_dir, created = _claimed.pop("output_dir", None), _claimed.pop("created", False)
         if output_dir is not None and trained_step_evidence(output_dir) is None:
+            close_training_log()
             release_output_lock(output_dir)
             if created:
                 shutil.rmtree(output_dir, ignore_errors=True)

@@ -55,10 +55,10 @@ def test_hybrid_engine_block_covers_every_turn(tiny_model_dir):
 
 def test_output_settings_follow_the_save_flags(tiny_model_dir, tmp_path):
     args = parse_args(["--model_name_or_path", tiny_model_dir, "--output_dir", str(tmp_path), "--save_steps", "5",
-                       "--save_total_limit", "1", "--no_final_export"])
+                       "--save_total_limit", "1", "--no_final_export", "--report_to", "jsonl"])
     out = OutputSettings.from_args(args)
     assert (out.output_dir, out.save_steps, out.save_total_limit, out.final_export) == (str(tmp_path), 5, 1, False)
-    assert out.tensorboard_path is None  # TensorBoard off unless --enable_tensorboard
+    assert out.tensorboard_path is None  # TensorBoard off where --report_to leaves it out
 
 
 def test_output_settings_refuse_an_unresolved_output_dir(tiny_model_dir):

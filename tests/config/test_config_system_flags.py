@@ -5,7 +5,7 @@ from tests.config.test_config import _refused
 
 
 @pytest.mark.parametrize("argv,fragment", [
-    (["--tensorboard_path", "tb"], "add --enable_tensorboard"),
+    (["--tensorboard_path", "tb", "--report_to", "jsonl"], "add --enable_tensorboard"),
     (["--offload", "--actor_zero_stage", "0"], "--offload"),
 ])
 def test_a_flag_that_would_be_ignored_is_refused(argv, fragment, tiny_model_dir, capsys):

@@ -39,8 +39,9 @@ def test_bad_report_to_values_are_refused_naming_the_flag(report_to, tensorboard
         report_backends(report_to, tensorboard)
 
 
-def test_the_default_is_jsonl_and_a_bad_value_stops_train_py_at_parse_time(tiny_model_dir):
-    assert parse_args(["--model_name_or_path", tiny_model_dir]).report_to == "jsonl"
+def test_the_default_is_jsonl_and_tensorboard_and_a_bad_value_stops_train_py_at_parse_time(tiny_model_dir):
+    args = parse_args(["--model_name_or_path", tiny_model_dir])  # the README's table promises both (#65 item 8)
+    assert report_backends(args.report_to, args.enable_tensorboard) == ("jsonl", "tensorboard")
     with pytest.raises(SystemExit, match="--report_to 'mlflow'"):
         parse_args(["--model_name_or_path", tiny_model_dir, "--report_to", "mlflow"])
 
@@ -50,7 +51,7 @@ def test_tensorboard_path_is_accepted_with_report_to_tensorboard_and_refused_wit
     assert parse_args(["--model_name_or_path", tiny_model_dir, "--report_to", "tensorboard",
                        "--tensorboard_path", tb]).tensorboard_path == tb
     with pytest.raises(SystemExit, match="--tensorboard_path is set but TensorBoard is off"):
-        parse_args(["--model_name_or_path", tiny_model_dir, "--tensorboard_path", tb])
+        parse_args(["--model_name_or_path", tiny_model_dir, "--report_to", "jsonl", "--tensorboard_path", tb])
 
 
 def test_report_to_wandb_without_the_package_is_refused_with_the_install_hint(tiny_model_dir, monkeypatch):
