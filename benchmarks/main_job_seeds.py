@@ -25,7 +25,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from experiments.mechanisms.paired import paired  # noqa: E402
+from benchmarks.paired import paired  # noqa: E402
 from benchmarks.results_io import cpu_model, write_results  # noqa: E402
 
 SLIM = ("metrics.jsonl", os.path.join("eval_initial", "results.json"), os.path.join("eval_final", "results.json"))

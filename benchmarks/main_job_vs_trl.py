@@ -32,7 +32,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from benchmarks.main_job_seeds import archive, binomial_se, read_seed, run_seed  # noqa: E402
-from experiments.mechanisms.paired import paired  # noqa: E402
+from benchmarks.paired import paired  # noqa: E402
 from benchmarks.results_io import write_results  # noqa: E402
 
 DECIDING = ("paired gain difference credo - TRL in greedy held-out pass@1 (final - initial, 200 prompts), "

@@ -56,7 +56,7 @@ from experiments.compare_archive import (archive_run, archive_sweep_file, comman
                                         runs_by_command)
 from experiments.compare_metrics import CompareError, Metric, first_sustained_step, metric_value, parse_metric  # noqa: F401
 from experiments.compare_runs import execute_run, folder_record, interrupted_state, parse_runs  # noqa: F401
-from experiments.mechanisms.paired import PAIRED_HEADER, format_paired_row, paired
+from benchmarks.paired import PAIRED_HEADER, format_paired_row, paired
 from benchmarks import run_child
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

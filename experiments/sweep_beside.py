@@ -2,7 +2,7 @@
 
 A rerun that changes the code and keeps the flags (issue 49: MAESTRO's `ent` sign) is reported beside the earlier
 sweep: for every method and every metric (the deciding one and the `--also` ones), the value in NEW minus the value in
-OLD, paired seed by seed (experiments/mechanisms/paired.py), and each sweep's own comparisons against its baseline.
+OLD, paired seed by seed (benchmarks/paired.py), and each sweep's own comparisons against its baseline.
 Only seeds finished in both are paired (a partial NEW is labelled so). The two sweeps ran at different commits and
 machine loads: a difference is descriptive, not a pre-registered test.
 
@@ -12,7 +12,7 @@ import argparse
 import json
 
 from benchmarks.results_io import print_and_write
-from experiments.mechanisms.paired import PAIRED_HEADER, format_paired_row, paired
+from benchmarks.paired import PAIRED_HEADER, format_paired_row, paired
 
 
 def per_seed(result: dict, method: str, metric: str) -> dict:

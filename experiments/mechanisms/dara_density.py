@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from experiments.mechanisms.paired import (PAIRED_HEADER, failure_probability, format_paired_row, format_probability,
+from benchmarks.paired import (PAIRED_HEADER, failure_probability, format_paired_row, format_probability,
                                           paired)
 from experiments.mechanisms.report import environment, testbed_main
 from rl.advantages import dara, gdpo

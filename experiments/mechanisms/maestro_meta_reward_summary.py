@@ -13,7 +13,7 @@ import os
 import torch
 
 from experiments.mechanisms.maestro_meta_reward import ALL, REPO, cumulative, find, read_jsonl, window_stats
-from experiments.mechanisms.paired import PAIRED_HEADER, format_paired_row, paired
+from benchmarks.paired import PAIRED_HEADER, format_paired_row, paired
 from experiments.mechanisms.report import write
 
 

@@ -32,7 +32,7 @@ import time
 
 import torch
 
-from experiments.mechanisms.paired import PAIRED_HEADER, format_paired_row, paired
+from benchmarks.paired import PAIRED_HEADER, format_paired_row, paired
 from experiments.mechanisms.report import environment, testbed_main
 from rl.advantages import maestro
 from rl.advantages.maestro import scale_rewards

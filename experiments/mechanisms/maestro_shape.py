@@ -35,7 +35,7 @@ import time
 import torch
 
 from experiments.mechanisms.maestro_scales import SETUP, batch_layout, mean_se, train_conductor
-from experiments.mechanisms.paired import PAIRED_HEADER, format_paired_row, paired
+from benchmarks.paired import PAIRED_HEADER, format_paired_row, paired
 from experiments.mechanisms.report import environment, testbed_main
 from rl.advantages import maestro
 

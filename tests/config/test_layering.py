@@ -37,15 +37,22 @@ def imported_modules(path: str) -> list:
     return found
 
 
-def upward_imports(package: str) -> list:
+def upward_imports(package: str, above: str = "rl") -> list:
     return [f"{os.path.relpath(path, REPO_ROOT)}:{line}: {module}" for path in python_files(package)
-            for line, module in imported_modules(path) if module == "rl" or module.startswith("rl.")]
+            for line, module in imported_modules(path) if module == above or module.startswith(above + ".")]
 
 
 @pytest.mark.parametrize("package", LOWER_LAYERS)
 def test_lower_layers_never_import_rl(package):
     assert python_files(package), f"no Python files found under {package}/"
     assert upward_imports(package) == []
+
+
+def test_benchmarks_never_import_experiments():
+    # one arrow between the two script folders: experiments/ (sweeps, analyses, testbeds) builds on benchmarks/'
+    # shared tools (results_io, ports, run_child, paired statistics, archive packs), never the reverse (issue #63)
+    assert python_files("benchmarks") and python_files("experiments")
+    assert upward_imports("benchmarks", above="experiments") == []
 
 
 def test_the_check_sees_an_upward_import_even_inside_a_function(tmp_path):

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from experiments import compare
-from experiments.mechanisms.paired import format_paired_row, paired
+from benchmarks.paired import format_paired_row, paired
 from tests.helpers import REPO_ROOT
 
 

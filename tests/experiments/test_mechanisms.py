@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from experiments.mechanisms import dara_density, maestro_bandit, tcpo_refine
-from experiments.mechanisms.paired import bootstrap_ci, failure_probability, paired, sign_test_p
+from benchmarks.paired import bootstrap_ci, failure_probability, paired, sign_test_p
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -1,6 +1,8 @@
 """Paired statistics over seeds: the same seeds run under two methods, compared seed by seed.
 
-Pure functions of lists of floats (numpy inside). Used by the mechanism testbeds and by experiments/compare.py.
+Pure functions of lists of floats (numpy inside). Used by the mechanism testbeds, experiments/compare.py and the
+main job's seed reports (benchmarks/main_job_seeds.py): it lives here because experiments/ builds on benchmarks/,
+never the reverse (tests/config/test_layering.py).
 """
 import math
 
