@@ -61,6 +61,26 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: unit[item] not in slow_units)  # stable: a unit keeps its collection order
 
 
+# The number of tests this run selected, printed at the end: under xdist with -q pytest prints none, and the two phases
+# of scripts/test.sh must add up to `pytest --collect-only -q`'s count (a module skipped as a whole, the vLLM modules
+# outside .venv-vllm, is no test there but is reported as one skip by each phase).
+SELECTED = pytest.StashKey[int]()
+
+
+def pytest_collection_finish(session):
+    session.config.stash[SELECTED] = len(session.items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    node.config.stash[SELECTED] = len(ids)  # the controller: each worker collected the same tests
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if SELECTED in config.stash and not hasattr(config, "workerinput"):
+        terminalreporter.write_line(f"{config.stash[SELECTED]} tests selected")
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     return build_tiny_model(str(tmp_path_factory.mktemp("tiny_model")))
