@@ -63,6 +63,7 @@ def test_only_the_comm_ops_torch_lock_is_removed(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # the planted lock is in the checkout's own build folder: another worker's launch would remove it
 def test_a_launch_after_a_killed_build_does_not_wait_on_its_lock(tiny_model_dir, tmp_path):
     # The lock a process killed inside torch's build section leaves (torch/utils/file_baton.py): before the fix a
     # launch waited on it for ever, silently, after "Setting accelerator to CPU".
