@@ -19,8 +19,11 @@ and this process adopts orphans (a child subreaper); a rank that outlived the la
 stopped by itself and adopted here) is named, stopped as a Ctrl-C stops it (it finishes its step and saves), and the
 exit code is 1.
 
-Single node only for the signal forwarding (remote ranks under pdsh are signalled by DeepSpeed's own handler, so a
-`--hostfile` launch gets the signal forwarded to the launcher instead).
+One node of a multi-node launch (`--hostfile H --no_ssh --node_rank K`, as scripts/gpu/multi_node.sh starts each node
+with NODE_RANK=K, and as a SLURM or Kubernetes job does) is a single-node launch for all of the above: its ranks are
+local children, and a killed per-node launch process is a failed node (exit 1), not the 0 `deepspeed` reports.
+Starting every node over ssh (`--hostfile` without `--no_ssh`, DeepSpeed's pdsh runner) has remote ranks: DeepSpeed's
+own handler signals them, so there the signal goes to the launcher instead.
 """
 import os
 import shutil
@@ -57,8 +60,27 @@ def pick_free_port() -> int:
         return s.getsockname()[1]
 
 
+def option_value(argv: list, name: str):
+    """The value of `name VALUE` or `name=VALUE` in argv ("" when it has none), or None when absent."""
+    for i, arg in enumerate(argv):
+        if arg == name:
+            return argv[i + 1] if i + 1 < len(argv) else ""
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
 def with_master_port(argv: list) -> list:
-    """Return the launcher's argv with a usable --master_port; exits with a message when the given one is busy."""
+    """Return the launcher's argv with a usable --master_port; exits with a message when the given one is busy.
+
+    A node of a multi-node launch (--hostfile) never picks a port of its own: every node must name the same one.
+    Only the node that hosts the rendezvous checks it: --node_rank 0 under --no_ssh (MASTER_ADDR is node rank 0's
+    address), or the host that starts every node over ssh; under --no_ssh another node's port check would test its
+    own machine, not the master's."""
+    hostfile = option_value(argv, "--hostfile") is not None
+    node_rank = option_value(argv, "--node_rank")
+    if hostfile and "--no_ssh" in argv and node_rank not in (None, "0"):
+        return argv
     for i, arg in enumerate(argv):
         if arg == "--master_port" or arg.startswith("--master_port="):
             port = arg.split("=", 1)[1] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else "")
@@ -68,6 +90,8 @@ def with_master_port(argv: list) -> list:
                 sys.exit(f"launch.py: error: --master_port {port} is in use by another process (another run?); "
                          f"pick another port, or leave --master_port out to get a free one")
             return argv
+    if hostfile:
+        return argv  # DeepSpeed's default port, the same on every node
     return ["--master_port", str(pick_free_port()), *argv]
 
 
@@ -136,7 +160,8 @@ def main(argv: list) -> int:
         return 0
     deepspeed = shutil.which("deepspeed") or os.path.join(os.path.dirname(sys.executable), "deepspeed")
     argv = with_master_port(argv)
-    multi_node = any(a == "--hostfile" or a.startswith("--hostfile=") for a in argv)
+    # ranks on other machines (DeepSpeed's ssh runner); under --no_ssh every rank of this node is a local child
+    multi_node = option_value(argv, "--hostfile") is not None and "--no_ssh" not in argv
     become_subreaper()  # a rank orphaned by its launch process is re-parented here, not to PID 1
     launcher = subprocess.Popen([deepspeed, *argv], start_new_session=True)
     forward = Forwarder(launcher, multi_node)

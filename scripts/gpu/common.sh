@@ -158,11 +158,15 @@ credo_configure() {
 
 # credo_launch LAUNCHER_ARGS... -- EXTRA_TRAIN_ARGS...: run (or, with DRY_RUN=1, print) the deepspeed command,
 # logging to $OUTPUT/training.log (or $OUTPUT/$TRAINING_LOG: one per node when each node runs its own launcher).
+# CREDO_LAUNCHER (default deepspeed) is the command that takes the deepspeed arguments: multi_node.sh's per-node mode sets
+# `python scripts/launch.py`, whose exit status is 1 when the node's launch process is killed (deepspeed's is 0).
 credo_launch() {
   local launcher=()
   while [ $# -gt 0 ] && [ "$1" != "--" ]; do launcher+=("$1"); shift; done
   [ $# -gt 0 ] && shift
-  local cmd=(deepspeed "${launcher[@]}" train.py "${TRAIN_ARGS[@]}" "$@")
+  local cmd
+  read -r -a cmd <<< "${CREDO_LAUNCHER:-deepspeed}"
+  cmd+=("${launcher[@]}" train.py "${TRAIN_ARGS[@]}" "$@")
   if [ "${DRY_RUN:-0}" = 1 ]; then
     printf '%q ' "${cmd[@]}"; echo
     return 0

@@ -128,6 +128,9 @@ if [ -n "${NODE_RANK:-}" ]; then
   fi
   launcher+=(--no_ssh --node_rank "$NODE_RANK")
   TRAINING_LOG=training.node$NODE_RANK.log
+  # deepspeed exits 0 when this node's launch process is killed (its runner drops negative exit codes) while the
+  # ranks stop by themselves: scripts/launch.py makes that a failed node (exit 1) and forwards a Ctrl-C to the ranks
+  CREDO_LAUNCHER="python scripts/launch.py"
 fi
 if [ -n "${MASTER_ADDR:-}" ]; then launcher+=(--master_addr "$MASTER_ADDR"); fi
 if [ -n "${GPUS_PER_NODE:-}" ]; then launcher+=(--num_gpus "$GPUS_PER_NODE"); fi

@@ -53,9 +53,9 @@ def node_commands(env, *flags):
     commands = []
     for line in proc.stdout.splitlines():
         words = shlex.split(line)
-        assert words[0] == "deepspeed", line
+        assert words[:2] == ["python", "scripts/launch.py"], line  # each node under credo's launcher (item 9, #62)
         i = words.index("train.py")
-        commands.append((words[1:i], words[i + 1:]))
+        commands.append((words[2:i], words[i + 1:]))
     return commands
 
 
@@ -98,7 +98,9 @@ def test_node_rank_mode_logs_each_node_to_its_own_file_and_passes_no_ssh(tmp_pat
                           env=dict(os.environ, DRY_RUN="1", HOSTFILE=str(hostfile), NODE_RANK="1",
                                    MASTER_ADDR="node-a"), timeout=30)
     assert proc.returncode == 0, proc.stderr
-    launcher = shlex.split(proc.stdout)[1:shlex.split(proc.stdout).index("train.py")]
+    words = shlex.split(proc.stdout)
+    assert words[:2] == ["python", "scripts/launch.py"]
+    launcher = words[2:words.index("train.py")]
     assert launcher[launcher.index("--node_rank") - 1] == "--no_ssh" and option(launcher, "--node_rank") == "1"
     assert option(launcher, "--master_addr") == "node-a"
 
