@@ -15,9 +15,11 @@ def main(argv=None):
     from rl.engine import dist
     from rl.errors import TrainingAborted
     from rl.rollout.data_files import DataError
+    from rl.run.heartbeat import lost_ranks_named
     from rl.sft.trainer import SFTTrainer
     try:
-        SFTTrainer(args).fit()
+        with lost_ranks_named():  # a lost rank is named, with the checkpoint to resume from
+            SFTTrainer(args).fit()
     except DataError as exc:
         sys.exit(f"sft.py: error: bad training data: {exc}")
     except TrainingAborted as exc:

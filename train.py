@@ -15,10 +15,12 @@ def main(argv=None):
     from rl.errors import TrainingAborted
     from rl.trainer import Trainer
     from rl.engine import dist
+    from rl.run.heartbeat import lost_ranks_named
     from rl.run.start import discard_failed_start
     from rl.log.loggers import close_training_log
     try:
-        with discard_failed_start():  # a run that fails before its first step leaves no folder behind
+        # a run that fails before its first step leaves no folder behind; a lost rank is named, with the checkpoint
+        with discard_failed_start(), lost_ranks_named():
             Trainer(args).fit()
     except DataError as exc:
         sys.exit(f"train.py: error: bad training data: {exc}")

@@ -7,6 +7,7 @@ os.replace). So a step folder with a manifest is complete, a kill at any moment 
 intact, a failed save (full disk) names the file and errno and removes its partial folder, and a load checks every
 file against the manifest and refuses non-finite weights before training on them.
 """
+import contextlib
 import errno as errno_codes
 import logging
 import os
@@ -21,8 +22,8 @@ import torch
 
 from rl.engine import dist
 from rl.engine.lora import base_is_frozen, is_lora, merged_state_dict, save_adapter
-from rl.run.manifest import (CheckpointError, checkpoint_files, file_entries, fsync_dir, read_manifest,
-                         verify_checkpoint, write_manifest)
+from rl.run.manifest import (MANIFEST_NAME, CheckpointError, checkpoint_files, file_entries, fsync_dir,
+                             read_manifest, verify_checkpoint, write_manifest)
 
 logger = logging.getLogger(__name__)
 CHECKPOINT_SUBDIR = "checkpoints"
@@ -79,6 +80,12 @@ def latest_checkpoint(root: str):
     """The tag `latest` names when that checkpoint is complete, else None."""
     tag = _named_by_latest(root)
     return tag if tag in complete_checkpoints(root) else None
+
+
+def _remove_checkpoint(folder: str):
+    with contextlib.suppress(OSError):
+        os.unlink(os.path.join(folder, MANIFEST_NAME))
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _write_latest(root: str, tag: str):
@@ -201,8 +208,8 @@ def save_checkpoint(engine, output_dir: str, step: int, trainer_state: dict, sav
         complete = complete_checkpoints(root)
         keep = [t for t in complete if step_of(t) <= step][-save_total_limit:]
         for old in complete:
-            if old not in keep:
-                shutil.rmtree(os.path.join(root, old), ignore_errors=True)
+            if old not in keep:  # its manifest first: a removal cut short leaves an incomplete folder, never a bad one
+                _remove_checkpoint(os.path.join(root, old))
     dist.barrier()
     return os.path.join(root, tag)
 

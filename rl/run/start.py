@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from rl.engine import dist
 from rl.run.checkpoint import ResumePoint, checkpoint_root, resolve_resume
+from rl.run.heartbeat import start_heartbeat
 from rl.errors import TrainingAborted
 from rl.log.loggers import WandbSettings, close_training_log, report_backends, start_training_log
 from rl.run.saved_config import (CONFIG_NAME, DEFAULT_SAVE_STEPS, LOCK_NAME, RunMismatch, SAVE_COST, acquire_output_lock,
@@ -87,6 +88,8 @@ def start_run(args, steps: int, defaults: dict) -> RunStart:
             raise outcome
         raise _OtherRankFailed(1)
     check_output_dir_shared(args.output_dir)  # a node-local folder: refused now, not at the first save
+    if not outcome.finished:  # from here a lost rank ends the run within --heartbeat_timeout_s (rl/run/heartbeat.py)
+        start_heartbeat(args.output_dir, args.heartbeat_timeout_s)
     return outcome
 
 
@@ -259,6 +262,12 @@ def add_run_flags(p):
     g.add_argument("--save_total_limit", type=int, default=2,
                    help="keep the newest N complete checkpoints (0 = all); a save completes before an old one is "
                         "deleted, so the disk holds up to N + 1 while saving")
+    g.add_argument("--heartbeat_timeout_s", type=float, default=60.0,
+                   help="with several ranks: a rank whose heartbeat (a counter its background thread bumps in the "
+                        "rendezvous store every 2 s) stops for this long is lost, and every other rank stops within "
+                        "it, naming that rank, its node and the checkpoint to resume from, instead of waiting out "
+                        "--dist_timeout_minutes in a collective (a frozen, unplugged or unreachable node); 0 = off. "
+                        "Default 60")
     g.add_argument("--resume", default="auto",
                    help="auto: continue OUTPUT_DIR's latest complete checkpoint when its method-defining flags "
                         "(rl/run/saved_config.py) match, refuse when they differ, exit 0 when it already reached "
@@ -272,5 +281,7 @@ def validate_run(args, bad):
             "--save_strategy no to save nothing")
     if args.save_total_limit < 0 or args.save_steps < 0 or args.save_model_only_steps < 0:
         bad("--save_total_limit, --save_steps and --save_model_only_steps must be >= 0")
+    if args.heartbeat_timeout_s < 0:
+        bad(f"--heartbeat_timeout_s must be >= 0 (0 = off), got {args.heartbeat_timeout_s}")
     if args.resume not in ("auto", "force", "none") and not os.path.exists(args.resume):
         bad(f"--resume {args.resume} does not exist (use auto, force, none, or a checkpoint folder)")
