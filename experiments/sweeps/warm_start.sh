@@ -8,6 +8,10 @@
 #   mixed (MAESTRO): at T = 0.7, the boxed-format rate in (0.6, 0.95).
 #   The warm start is the shortest export that meets its env's targets; if none does, the report says so and names
 #   the export nearest to them (no target is moved after seeing the numbers).
+# Revision 1 (2026-12-07 05:52 UTC, before any eval had finished or been read): the shared machine trained the toolcall
+# SFT at about 2 min per step, so it stops at the first export that meets its target, or after step 32 at the latest;
+# the pick rule above is unchanged (it never looks past the shortest export that meets, so stopping there changes no
+# pick). The mixed sweep runs beside it with one thread.
 # Resumable: a finished SFT (sft/final) and every results.json are kept and skipped on a rerun.
 #   bash experiments/sweeps/warm_start.sh            # both envs: about 1.5 h of 2 cores
 #   ENVS=toolcall bash experiments/sweeps/warm_start.sh
