@@ -24,6 +24,9 @@ from tests.train.test_train_deepspeed import assert_ok
 DOCS = ["README.md", *sorted(os.path.relpath(p, REPO_ROOT) for p in glob.glob(os.path.join(REPO_ROOT, "docs", "*.md"))),
         "envs/README.md", "data/README.md", "experiments/README.md"]
 RUN_IN_FULL = ("README.md", "envs/README.md")  # the newcomer's pages: run shrunk, not only parsed
+# Pages whose settings are GPU-sized: their first train.py and eval.py lines are CPU-sized (run shrunk too, as the
+# README's are) and the GPU-sized ones follow (issue #65 item 7: a toolcall step of 6,000-token prompts ran 10 minutes)
+CPU_FIRST = ("docs/toolcall.md", "docs/code-sandbox.md")
 # The smoke setting (documented in docs/tests.md): one step of 2 prompts x 2 responses of 8 tokens, nothing saved
 SMOKE_TRAIN = ["--max_steps", "1", "--per_device_generation_batch_size", "2", "--num_generations", "2",
                "--max_answer_seq_len", "8", "--max_prompt_seq_len", "256", "--save_strategy", "no", "--dtype", "fp32",
@@ -54,6 +57,8 @@ def doc_commands():
 
 
 COMMANDS = doc_commands()
+CPU_LINES = [next(c for c in COMMANDS if c[0] == page and c[2] == script) for page in CPU_FIRST
+             for script in ("train.py", "eval.py") if any(c[0] == page and c[2] == script for c in COMMANDS)]
 
 
 def command_id(command):
@@ -116,8 +121,25 @@ def test_every_documented_command_parses_as_written(command, user_code, tiny_mod
         eval_cli.validate(eval_cli.build_parser().parse_args(args))
 
 
+def test_a_gpu_sized_page_shows_a_cpu_sized_line_first(tiny_model_dir):
+    """Its first train.py line: the smoke settings (one step of at most 4 responses of at most 64 tokens, nothing
+    saved); its first eval.py line: at most 20 problems; tool calling capped to short schemas on both."""
+    assert {page for page, *_ in CPU_LINES} == set(CPU_FIRST)
+    for page, line, script, args in CPU_LINES:
+        args = with_tiny_model(args, tiny_model_dir, "")
+        if script == "train.py":
+            a = parse_args(args)
+            assert a.max_steps <= 2 and a.save_strategy == "no", (page, line)
+            assert a.per_device_generation_batch_size * a.num_generations <= 4 and a.max_answer_seq_len <= 64, line
+        else:
+            a = eval_cli.build_parser().parse_args(args)
+            assert a.limit <= 20, (page, line)
+        if a.env == "toolcall":
+            assert 0 < a.toolcall_max_schema_chars <= 1000, (page, line)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("command", [c for c in COMMANDS if c[0] in RUN_IN_FULL], ids=command_id)
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c[0] in RUN_IN_FULL or c in CPU_LINES], ids=command_id)
 def test_the_readme_commands_run_shrunk(command, user_code, tiny_model_dir, tmp_path, capsys):
     page, line, script, args = command
     if skip_reason(line):
