@@ -9,7 +9,6 @@ once); SIGSTOP is a node that freezes or drops off the network (nothing is reset
 SIGKILLed per-node launch process is the case where `deepspeed` exits 0 (scripts/launch.py makes it 1)."""
 import os
 import signal
-import subprocess
 import time
 
 import psutil
@@ -19,69 +18,13 @@ from rl.log.loggers import read_metrics
 from rl.run.checkpoint import checkpoint_root, complete_checkpoints, latest_checkpoint
 from rl.run.launch_ranks import LAUNCH_MODULE
 from rl.run.manifest import read_manifest, verify_checkpoint
-from tests.helpers import REPO_ROOT
-from tests.run.test_multi_node import SCRIPT, TINY_FLAGS, script_env
+from tests.run.test_multi_node import TINY_FLAGS
+from tests.run.two_nodes import output, signal_node, start_nodes, stop, wait_for
 
 pytestmark = pytest.mark.slow
 HEARTBEAT_S = 10
 # a checkpoint every step, so that a kill often lands in a save; the collective timeout far beyond the heartbeat's
 FLAGS = [*TINY_FLAGS, "--save_steps", "1", "--no_final_export", "--heartbeat_timeout_s", str(HEARTBEAT_S)]
-
-
-def start_nodes(tmp_path, model_dir, flags=FLAGS, env_of_node=None):
-    """Both nodes, each in a session of its own; returns [(Popen, its output file)]."""
-    hostfile = tmp_path / "hostfile"
-    hostfile.write_text("node-a slots=1\nnode-b slots=1\n")
-    env = script_env(tmp_path, model_dir, HOSTFILE=str(hostfile), MASTER_ADDR="127.0.0.1", MAX_STEPS="500",
-                     ROLLOUT_BACKEND="hf", DTYPE="fp32", MAX_ANSWER="32", PROMPTS_PER_RANK="2", NUM_GENERATIONS="4")
-    nodes = []
-    for k in (0, 1):
-        node_env = dict(env, NODE_RANK=str(k), **(env_of_node(k) if env_of_node else {}))
-        out = open(tmp_path / f"node{k}.out", "w+")
-        nodes.append((subprocess.Popen(["bash", SCRIPT, "grpo", "qwen3-4b", *flags], cwd=REPO_ROOT, env=node_env,
-                                       stdout=out, stderr=subprocess.STDOUT, start_new_session=True), out))
-    return nodes, env["OUTPUT"]
-
-
-def wait_for(condition, timeout, nodes, what):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if condition():
-            return
-        if any(proc.poll() is not None for proc, _ in nodes):
-            break
-        time.sleep(0.25)
-    stop(nodes)
-    pytest.fail(f"{what} did not happen:\n" + "\n".join(output(n)[-3000:] for n in nodes))
-
-
-def output(node) -> str:
-    node[1].seek(0)
-    return node[1].read()
-
-
-def whole_node(node) -> list:
-    """The node's script and every process below it (scripts/launch.py starts deepspeed in a session of its own, so
-    the script's process group is not the whole node)."""
-    try:
-        root = psutil.Process(node[0].pid)
-        return [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
-
-
-def signal_node(node, sig):
-    for proc in whole_node(node):
-        try:
-            proc.send_signal(sig)
-        except psutil.NoSuchProcess:
-            pass
-
-
-def stop(nodes):
-    for node in nodes:
-        signal_node(node, signal.SIGKILL)
-        node[0].wait(timeout=60)
 
 
 def trained_past_a_checkpoint(out):
@@ -107,7 +50,7 @@ def launch_process(node) -> psutil.Process:
 
 @pytest.mark.parametrize("how", ["killed", "frozen"])
 def test_a_lost_node_ends_the_other_within_the_heartbeat_naming_it_and_the_checkpoint(tiny_model_dir, tmp_path, how):
-    nodes, out = start_nodes(tmp_path, tiny_model_dir)
+    nodes, out = start_nodes(tmp_path, tiny_model_dir, FLAGS)
     wait_for(trained_past_a_checkpoint(out), 240, nodes, "two nodes training past a checkpoint")
     lost_at = time.time()
     signal_node(nodes[1], signal.SIGKILL if how == "killed" else signal.SIGSTOP)
@@ -130,7 +73,7 @@ def test_a_killed_launch_process_fails_its_node_and_both_nodes_save(tiny_model_d
     """#62 item 9: node 1's DeepSpeed launch process is SIGKILLed. Its rank stops by itself (stop_with_launcher:
     finish the step, save), the save being collective the other node saves and stops with it, and node 1's launcher
     (scripts/launch.py, which multi_node.sh runs per node) exits 1 naming the rank: `deepspeed` alone exited 0."""
-    nodes, out = start_nodes(tmp_path, tiny_model_dir)
+    nodes, out = start_nodes(tmp_path, tiny_model_dir, FLAGS)
     wait_for(trained_past_a_checkpoint(out), 240, nodes, "two nodes training past a checkpoint")
     launch = launch_process(nodes[1])
     rank = launch.children()[0]
