@@ -87,9 +87,55 @@ class HelpFormatter(argparse.HelpFormatter):
         return f"{text} (default: {str(default).replace('%', '%%')})"
 
 
+# What `train.py --help` shows (TRL's and verl's users read a few dozen flags); `--help-all` shows every flag, grouped.
+COMMON_FLAGS = frozenset("""--algo --env --model_name_or_path --max_steps --seed --data_path --prompt_key --answer_key
+--num_generations --per_device_generation_batch_size --max_prompt_seq_len --max_answer_seq_len --temperature --top_p
+--max_turns --reward_funcs --reward_weights --beta --clip_ratio_low --clip_ratio_high --loss_agg_mode --ppo_epochs
+--actor_learning_rate --num_warmup_steps --actor_zero_stage --offload --dtype --output_dir --save_strategy --save_steps
+--resume --report_to --eval_steps""".split())
+
+
+class _HelpAction(argparse.Action):
+    """-h / --help: the common flags only (`--help-all`: every flag)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.print_help(common_only=option_string != "--help-all")
+        parser.exit()
+
+
 class CredoArgumentParser(argparse.ArgumentParser):
     """argparse with a short refusal: the bad flag, the nearest credo flag (or credo's name for a TRL one), and a
-    pointer to --help, instead of the whole usage block."""
+    pointer to --help, instead of the whole usage block. With `common_flags`, --help shows those and --help-all every
+    flag."""
+
+    def __init__(self, *args, common_flags=None, **kwargs):
+        self.common_flags = common_flags
+        super().__init__(*args, add_help=common_flags is None, **kwargs)
+        if common_flags is not None:
+            self.add_argument("-h", "--help", action=_HelpAction, help="show the common flags and exit")
+            self.add_argument("--help-all", action=_HelpAction, help="show every flag, grouped, and exit")
+
+    def format_help(self, common_only: bool = False) -> str:
+        if not common_only or self.common_flags is None:
+            return super().format_help()
+        hidden = [a for a in self._actions if a.option_strings and a.help is not argparse.SUPPRESS
+                  and not (set(a.option_strings) & (self.common_flags | {"--help", "--help-all"}))]
+        saved = [a.help for a in hidden]
+        for a in hidden:
+            a.help = argparse.SUPPRESS
+        try:
+            text = super().format_help()
+        finally:
+            for a, text_of in zip(hidden, saved):
+                a.help = text_of
+        return (text + f"\n{len(hidden)} more flags (each method's knobs, the update's, DAPO, vLLM, LoRA, AppWorld, tool "
+                f"calling, logging, validation): `{self.prog} --help-all` lists every flag, grouped.\n")
+
+    def print_help(self, file=None, common_only: bool = False):
+        self._print_message(self.format_help(common_only), file or sys.stdout)
 
     def error(self, message):
         lines = [f"{self.prog}: error: {message}"]
@@ -104,7 +150,8 @@ class CredoArgumentParser(argparse.ArgumentParser):
             close = difflib.get_close_matches(name, known, n=2, cutoff=0.6)
             if close:
                 lines.append(f"  {name}: did you mean {' or '.join(close)}?")
-        lines.append(f"  `{os.path.basename(sys.argv[0]) or self.prog} --help` lists every flag")
+        every = "--help-all" if self.common_flags is not None else "--help"
+        lines.append(f"  `{os.path.basename(sys.argv[0]) or self.prog} {every}` lists every flag")
         self.exit(2, "\n".join(lines) + "\n")
 
 
@@ -120,7 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = CredoArgumentParser(
         prog="train.py",
         description="credo: verifier-guided RL on one DeepSpeed ZeRO-3 actor. Launch with `deepspeed train.py ...`.",
-        formatter_class=HelpFormatter, allow_abbrev=False)
+        usage="%(prog)s [--flag value ...]", formatter_class=HelpFormatter, allow_abbrev=False,
+        common_flags=COMMON_FLAGS)
 
     g = p.add_argument_group("run: method, env, model, length")
     g.add_argument("--algo", choices=tuple(METHODS), default="grpo",

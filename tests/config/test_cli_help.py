@@ -17,6 +17,28 @@ def test_train_help_for_env_names_every_registered_env_and_module_class():
     assert "module:Class" in text
 
 
+def test_help_shows_the_common_flags_and_help_all_every_flag(capsys, monkeypatch):
+    """TRL's and verl's users read a few dozen flags: --help shows the common ones, --help-all the rest (#65 item 9)."""
+    import train
+    from rl.config import COMMON_FLAGS
+    monkeypatch.setenv("COLUMNS", "120")
+    texts = {}
+    for flag in ("--help", "--help-all"):
+        with pytest.raises(SystemExit) as exc:
+            train.main([flag])
+        assert exc.value.code == 0
+        texts[flag] = capsys.readouterr().out
+    short, full = texts["--help"], texts["--help-all"]
+    every = {o for a in build_parser()._actions for o in a.option_strings if o.startswith("--")}
+    assert all(flag in short for flag in COMMON_FLAGS) and all(flag in full for flag in every)
+    assert "--tcpo_tau" not in short and "--lora_r" not in short and "--vllm_is_cap" not in short
+    hidden = [a for a in build_parser()._actions if a.option_strings and not set(a.option_strings) & COMMON_FLAGS
+              and "--help" not in a.option_strings and "--help-all" not in a.option_strings]
+    assert f"{len(hidden)} more flags" in short and "`train.py --help-all` lists every flag" in short
+    assert len(short.splitlines()) < len(full.splitlines()) / 3 and short.count("(default: ") == len(
+        [line for line in short.splitlines() if "(default: " in line])  # each default once
+
+
 def test_eval_help_shows_the_default_of_every_flag_that_has_one():
     # a flag whose default is None (unset) or a plain off switch shows none: "(default: None)" was noise
     parser = eval_cli.build_parser()

@@ -10,11 +10,11 @@ FOUNDATION_FLAGS = """--algo --env --model_name_or_path --data_path --prompt_key
 --enable_tensorboard --tensorboard_path --enable_test_mode --test_stop_step""".split()
 
 
-def test_help_lists_every_flag_with_its_default(capsys, monkeypatch):
+def test_help_all_lists_every_flag_with_its_default(capsys, monkeypatch):
     import train
     monkeypatch.setenv("COLUMNS", "80")  # argparse's width when its output is a pipe, whatever this terminal is
     with pytest.raises(SystemExit) as exc:  # train.py's main, in this process: --help exits before the heavy imports
-        train.main(["--help"])
+        train.main(["--help-all"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
     for flag in FOUNDATION_FLAGS:
