@@ -8,7 +8,8 @@ Each seed runs `SEED=s OUTPUT=output/main_job/seed_s bash scripts/train.sh` unch
 other setting at its default). A seed is done once its eval_final/results.json exists, so an interrupted sweep
 continues with the next missing seed (an interrupted seed starts over: scripts/train.sh with RESUME=none).
 The slim record of each seed (metrics.jsonl and both evals' metrics) is copied to benchmarks/results/archive/main_job/,
-from which `--report --runs_dir benchmarks/results/archive/main_job` reproduces the result.
+which git keeps packed as main_job.tar.gz (benchmarks/archive_pack.py), from which `--report --runs_dir
+benchmarks/results/archive/main_job` reproduces the result.
 
 Deciding quantity, fixed before the runs: the gain in greedy held-out accuracy (final - initial pass@1 on 200 eval
 prompts), mean over seeds +- its standard error over seeds; each eval's own binomial standard error is reported too.
@@ -25,6 +26,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from benchmarks.archive_pack import pack, unpacked  # noqa: E402
 from benchmarks.paired import paired  # noqa: E402
 from benchmarks.results_io import cpu_model, write_results  # noqa: E402
 
@@ -118,6 +120,7 @@ def main(argv=None):
     p.add_argument("--results", default=os.path.join(REPO, "benchmarks", "results", "main_job_seeds"))
     a = p.parse_args(argv)
     seeds = [int(s) for s in a.seeds.split(",")]
+    unpacked(a.runs_dir)
     if not a.report:
         for s in seeds:
             output = os.path.join(a.output_root, f"seed_{s}")
@@ -125,6 +128,7 @@ def main(argv=None):
                 print(f"main_job_seeds: seed {s}: running ({output})", flush=True)
                 run_seed(s, output)
             archive(output, os.path.join(a.runs_dir, f"seed_{s}"))
+            pack(a.runs_dir)
     write_results(summarize(seeds, a.runs_dir), a.results, report)
 
 

@@ -18,7 +18,8 @@ Deciding quantity, fixed before the runs: the paired gain difference credo - TRL
 200 held-out prompts), mean over seeds +- SE over seeds; each gain's mean +- SE and each eval's binomial SE beside
 it. Time: credo's training wall time against the 8-minute target, and each runner's seconds per step.
 A seed's run is done once its final results.json exists (an interrupted sweep continues with the next missing run);
-slim records go to benchmarks/results/archive/main_job_vs_trl/.
+slim records go to benchmarks/results/archive/main_job_vs_trl/, which git keeps packed as main_job_vs_trl.tar.gz
+(benchmarks/archive_pack.py).
 """
 import argparse
 import json
@@ -31,6 +32,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from benchmarks.archive_pack import pack, unpacked  # noqa: E402
 from benchmarks.main_job_seeds import archive, binomial_se, read_seed, run_seed  # noqa: E402
 from benchmarks.paired import paired  # noqa: E402
 from benchmarks.results_io import write_results  # noqa: E402
@@ -156,6 +158,7 @@ def main(argv=None):
     seeds = [int(s) for s in a.seeds.split(",")]
     from rl.engine.hardware import probe_bf16
     probe = probe_bf16(seconds=0.5)  # in this invocation, beside the runs (issue #41 item 3)
+    unpacked(a.runs_dir)
     if a.report:
         with open(a.results + ".json") as f:
             probe = json.load(f)["probe"]
@@ -176,6 +179,7 @@ def main(argv=None):
                         os.path.join(credo_out, "eval_initial", "results.json"))
                 print(f"main_job_vs_trl: seed {s}: TRL done in {time.time() - started:.0f} s", flush=True)
             archive_trl(trl_out, os.path.join(a.runs_dir, "trl", f"seed_{s}"))
+            pack(a.runs_dir)
     write_results(summarize(seeds, a.runs_dir, probe), a.results, report)
 
 

@@ -29,7 +29,8 @@
   metrics (e.g. final correctness), reported the same way and labelled as not deciding.
 - `--plan` validates every run's flags and lists which runs are cached and which would run, running nothing.
 - `--archive DIR` copies each finished run's report inputs (no model, no checkpoints) into DIR in the cache's layout
-  (experiments/compare_archive.py); `--cache_dir DIR` then reproduces the report with nothing to run, and a run the
+  (experiments/compare_archive.py), packed into DIR.tar.gz, the file git keeps (unpacked into DIR again when DIR is
+  missing: benchmarks/archive_pack.py); `--cache_dir DIR` then reproduces the report with nothing to run, and a run the
   archive holds counts as finished, so a sweep continued from a fresh clone (an empty cache) runs only the rest. `--partial`
   runs nothing and reports the seeds finished under every method, labelled partial: a sweep longer than one sitting
   is committed in parts.
@@ -58,6 +59,7 @@ from experiments.compare_metrics import CompareError, Metric, first_sustained_st
 from experiments.compare_runs import execute_run, folder_record, interrupted_state, parse_runs  # noqa: F401
 from benchmarks.paired import PAIRED_HEADER, format_paired_row, paired
 from benchmarks import run_child
+from benchmarks.archive_pack import unpacked
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:  # a user's module (--reward_funcs my_pkg.rewards:judge) imports from the root, as in train.py
@@ -369,6 +371,9 @@ def main(argv=None):
     a.method = [spec for kind, spec in a.arms if kind == "method"]
     a.cache_dir = os.path.abspath(a.cache_dir)
     a.archive = os.path.abspath(a.archive) if a.archive else None
+    for folder in (a.cache_dir, a.archive):  # a committed archive (DIR.tar.gz) is read as the folder it packs
+        if folder:
+            unpacked(folder)
     if a.archive == a.cache_dir:  # reproducing from the archive with the sweep's own flags: it is its own archive
         a.archive = None
     prefix = a.results or os.path.join(a.cache_dir, a.name)

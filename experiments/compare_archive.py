@@ -7,11 +7,15 @@ without its per-problem responses) into ARCHIVE/<key>/ in the cache's own layout
 over several sittings can be committed in parts. The evidence behind the numbers is kept beside them, compressed:
 the eval's per-problem responses (`eval/problems.json.gz`) and the training's sampled completions
 (`train/completions.jsonl.gz`), so that what a metric counted can be read back (experiments/response_audit.py).
+Git keeps each archive folder as one file, ARCHIVE.tar.gz beside it (benchmarks/archive_pack.py): archive_run and
+archive_sweep_file repack it, and compare.py unpacks it before reading (the unpacked folder is git-ignored).
 """
 import gzip
 import json
 import os
 import shutil
+
+from benchmarks.archive_pack import pack
 
 SLIM_FILES = ("run.json", os.path.join("train", "metrics.jsonl"))
 PROBLEMS_GZ = "problems.json.gz"  # eval.py's per-problem records (responses included), beside the slim results.json
@@ -54,6 +58,7 @@ def archive_run(run_dir: str, archive_dir: str) -> str:
             _gzip_atomically(f.read(), os.path.join(target, "train", "completions.jsonl.gz"))
     with open(os.path.join(run_dir, "run.json")) as f:
         _write_json_atomically(os.path.join(target, "run.json"), json.load(f))
+    pack(archive_dir)
     return target
 
 
@@ -71,6 +76,7 @@ def archive_sweep_file(sweep_json: str, archive_dir: str):
     """The pre-registration (NAME.sweep.json) travels with the runs, so the archive refuses a switched metric too."""
     os.makedirs(archive_dir, exist_ok=True)
     shutil.copyfile(sweep_json, os.path.join(archive_dir, os.path.basename(sweep_json)))
+    pack(archive_dir)
 
 
 def complete_seeds(seeds, methods, is_done) -> list:

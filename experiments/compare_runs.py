@@ -10,6 +10,7 @@ import sys
 import time
 
 from benchmarks import run_child
+from benchmarks.archive_pack import unpacked
 from benchmarks.ports import free_port
 from experiments.compare_metrics import CompareError
 
@@ -85,7 +86,7 @@ def parse_runs(spec: str):
         raise CompareError(f"--runs {spec!r}: expected LABEL=DIR[,DIR...], train.py output folders (one per seed)")
     runs = {}
     for folder in (d.strip() for d in dirs.split(",") if d.strip()):
-        path = os.path.join(folder, "config.json")
+        path = os.path.join(unpacked(folder), "config.json")  # a folder inside a committed archive: unpacked first
         try:
             with open(path) as f:
                 config = json.load(f)

@@ -11,6 +11,7 @@ import argparse
 import json
 from collections import Counter
 
+from benchmarks.archive_pack import unpacked
 from envs import make_env
 
 
@@ -28,7 +29,7 @@ def main(argv=None):
     p.add_argument("--turn", type=int, default=1, help="which turn's texts to re-score (1-based)")
     p.add_argument("--parts", type=int, default=3, help="parts per problem, to print scores as parts right")
     a = p.parse_args(argv)
-    with open(a.results) as f:
+    with open(unpacked(a.results)) as f:  # a results.json inside a committed archive: unpacked first
         problems = json.load(f)["problems"]
     scores = rescore(problems, a.env, a.turn)
     counts = Counter(round(s * a.parts) for s in scores)

@@ -14,6 +14,7 @@ import gzip
 import json
 import os
 
+from benchmarks.archive_pack import unpacked
 from benchmarks.results_io import print_and_write
 from experiments.compare_archive import PROBLEMS_GZ
 
@@ -53,7 +54,7 @@ def audit(problems: list, literal: str) -> dict:
 
 def report(runs_dir: str, literal: str, references: list) -> str:
     rows = []  # (label, problems or None)
-    for name in sorted(os.listdir(runs_dir)):
+    for name in sorted(os.listdir(unpacked(runs_dir))):  # a committed archive: unpacked from its .tar.gz first
         record = os.path.join(runs_dir, name, "run.json")
         if os.path.exists(record):
             with open(record) as f:
@@ -87,7 +88,7 @@ def main(argv=None):
     references = []
     for spec in a.reference:
         label, sep, path = spec.partition("=")
-        if not sep or not os.path.exists(path):
+        if not sep or not os.path.exists(unpacked(path)):
             p.error(f"--reference {spec!r}: want LABEL=PATH to an existing results.json")
         references.append((label, path))
     print_and_write(report(a.runs_dir, a.contains, references), a.output)

@@ -11,11 +11,13 @@ import argparse
 import json
 import os
 
+from benchmarks.archive_pack import unpacked
+
 
 def load_runs(runs_dir: str) -> list:
     """[(method, seed, rows)] of every finished run under runs_dir, in method then seed order."""
     runs = []
-    for name in sorted(os.listdir(runs_dir)):
+    for name in sorted(os.listdir(unpacked(runs_dir))):  # a committed archive: unpacked from its .tar.gz first
         record = os.path.join(runs_dir, name, "run.json")
         if not os.path.exists(record):
             continue

@@ -51,6 +51,7 @@ import os
 
 import torch
 
+from benchmarks.archive_pack import unpacked
 from experiments.mechanisms.report import environment, write
 from rl.advantages.grpo import grpo
 from rl.advantages.maestro import batch_rank, emphasis_weights, maestro, mixed_reward
@@ -291,6 +292,7 @@ def main():
     a = p.parse_args()
     torch.set_num_threads(1)
     flipped = tuple(n.strip() for n in a.flip.split(",") if n.strip())
+    unpacked(a.run_dir)  # a run inside a committed archive (experiments/results/archive/NAME.tar.gz): unpacked first
     write(analyse(a.run_dir, a.rewards.split(","), a.eta, a.draws, flipped=flipped), a.results, report)
 
 

@@ -6,6 +6,7 @@
 #   bash experiments/sweeps/maestro_meta_reward.sh            # ARCHIVE=maestro_meta_reward_entsign (default)
 # Resumable: a run that reached step 40 is archived (completions.jsonl.gz, config.json, metrics.jsonl) and skipped
 # next time; a killed run continues from its latest checkpoint (every 10 steps) in output/meta_reward/<archive>/.
+# The archive is committed as experiments/results/archive/<archive>.tar.gz (benchmarks/archive_pack.py).
 # About 10-12 min a run on 2 idle cores; 6 runs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -14,6 +15,7 @@ ARCHIVE=${ARCHIVE:-maestro_meta_reward_entsign}
 SEEDS=${SEEDS:-1 2 3}
 ARMS=${ARMS:-conductor centred}
 STEPS=40
+python -m benchmarks.archive_pack unpack "experiments/results/archive/$ARCHIVE" >/dev/null  # its runs count as done
 for arm in $ARMS; do
   for seed in $SEEDS; do
     name=${arm}_seed$seed
@@ -36,6 +38,7 @@ for arm in $ARMS; do
     mkdir -p "$keep"
     gzip -c "$out/completions.jsonl" > "$keep/completions.jsonl.gz"
     cp "$out/config.json" "$out/metrics.jsonl" "$keep/"
+    python -m benchmarks.archive_pack pack "experiments/results/archive/$ARCHIVE" >/dev/null
     result=experiments/results/mechanisms_${ARCHIVE}_${tag}seed$seed
     python -m experiments.mechanisms.maestro_meta_reward "$keep" --results "$result"
   done

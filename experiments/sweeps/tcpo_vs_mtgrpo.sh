@@ -14,9 +14,12 @@ cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 EVAL="--rollout_backend vllm --env arith_multi --max_turns 3 --episode_end max_turns --limit 100 --n 4 --k 1,4 --temperature 0.7 --max_new_tokens 64 --batch_size 100 --dtype fp32"
 if [ "${1:-}" = base ]; then
+  # into the sweep's archive, which git keeps as experiments/results/archive/tcpo_vs_mtgrpo.tar.gz
+  python -m benchmarks.archive_pack unpack experiments/results/archive/tcpo_vs_mtgrpo >/dev/null
   # shellcheck disable=SC2086
-  exec python eval.py --model_name_or_path .cache/models/SmolLM2-135M-Instruct $EVAL \
+  python eval.py --model_name_or_path .cache/models/SmolLM2-135M-Instruct $EVAL \
     --output_dir experiments/results/archive/tcpo_vs_mtgrpo/base_model_vllm
+  exec python -m benchmarks.archive_pack pack experiments/results/archive/tcpo_vs_mtgrpo
 fi
 exec python experiments/compare.py --name tcpo_vs_mtgrpo --seeds 1,2,3 \
   --method grpo-best="--algo grpo --traj_score best" --method mt_grpo="--algo mt_grpo" --method tcpo="--algo tcpo" \

@@ -5,11 +5,13 @@ import shlex
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 
 import psutil
 import pytest
 
+from benchmarks.archive_pack import MARKER
 from experiments import compare
 from tests.helpers import REPO_ROOT
 from tests.train.test_train_deepspeed import TINY_RUN
@@ -190,9 +192,11 @@ def test_a_killed_sweep_resumes_where_it_stopped_and_a_finished_one_comes_from_i
     # 4. --archive slims the cache to the report's inputs; that archive alone reproduces the report.
     archive = tmp_path / "archive"
     _sweep_in_process([*flags, "--archive", str(archive)], capsys)
-    archived = sorted(str(p.relative_to(archive)) for p in archive.rglob("*") if p.is_file())
+    archived = sorted(str(p.relative_to(archive)) for p in archive.rglob("*") if p.is_file() and p.name != MARKER)
     # run.json, metrics.jsonl, eval results, and the evidence compressed: eval responses, training completions
     assert len(archived) == 1 + 4 * 5 and "tiny.sweep.json" in archived, archived
+    with tarfile.open(str(archive) + ".tar.gz") as pack:  # what git keeps: the same files in one
+        assert sorted(m.name.split("/", 1)[1] for m in pack.getmembers()) == archived
     assert not any("final" in name or "checkpoint" in name for name in archived), archived
     # the sweep script's own command, --archive included, with --cache_dir pointed at the archive
     from_archive = [*(a if a != str(cache) else str(archive) for a in flags), "--archive", str(archive)]
