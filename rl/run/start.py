@@ -80,7 +80,7 @@ def start_run(args, steps: int, defaults: dict) -> RunStart:
             outcome = exc
         except OSError as exc:  # e.g. a full disk when writing config.json: the other ranks must not wait forever
             outcome = TrainingAborted(f"--output_dir {args.output_dir}: {exc}")
-        if isinstance(outcome, RunStart):  # rank 0's console from here on also goes to OUTPUT_DIR/training.log
+        if isinstance(outcome, RunStart) and _scope:  # train.py's rank 0: its console also goes to training.log
             start_training_log(args.output_dir)
     outcome = dist.all_gather_object(outcome)[0]
     if isinstance(outcome, BaseException):
@@ -144,6 +144,7 @@ def _decide(args, steps: int, defaults: dict, world_size: int) -> RunStart:
 # reuses such a folder), and a new folder per run (the default) must not pile up empty ones.
 
 _claimed = {}  # in the process that decided (rank 0): {"output_dir", "created": whether this start made the folder}
+_scope = []  # non-empty inside discard_failed_start: a train.py run, whose rank 0 keeps OUTPUT_DIR/training.log
 
 
 def trained_step_evidence(output_dir: str):
@@ -163,9 +164,11 @@ def trained_step_evidence(output_dir: str):
 
 @contextlib.contextmanager
 def discard_failed_start():
-    """Around a run: when it raises before any step was trained, undo its claim on the output folder (train.py). A
+    """Around train.py's run: when it raises before any step was trained, undo its claim on the output folder. A
     folder this start created is removed whole (nothing in it came from elsewhere); in an existing folder only its
-    config.json and lock go, so the same or a corrected command starts afresh there."""
+    config.json and lock go (its training.log keeps why it stopped), so the same or a corrected command starts afresh
+    there. Inside it, start_run tees rank 0's console into OUTPUT_DIR/training.log (train.py closes it at the end)."""
+    _scope.append(True)
     try:
         yield
     except BaseException:
@@ -184,6 +187,8 @@ def discard_failed_start():
             print(f"the run stopped before its first step: {what} (nothing was trained; the command, or a "
                   "corrected one, starts afresh)", file=sys.stderr, flush=True)
         raise
+    finally:
+        _scope.pop()
 
 
 # --- shared output ---

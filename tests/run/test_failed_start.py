@@ -6,10 +6,17 @@ import os
 import pytest
 
 from rl.config import parse_args, parser_defaults
+from rl.log.loggers import close_training_log
 from rl.run.saved_config import RunMismatch, read_run_config, release_output_lock
 from rl.run.start import discard_failed_start, start_run, trained_step_evidence
 
 ENV = ["--env", "tests.fixture_envs:DigitFractionEnv"]
+
+
+@pytest.fixture(autouse=True)
+def _no_log_left_open():
+    yield
+    close_training_log()  # train.py closes the training.log a run inside discard_failed_start opens
 
 
 def flags(tiny_model_dir, out, *extra):
@@ -45,7 +52,7 @@ def test_a_failed_start_removes_the_folder_it_created(tiny_model_dir, tmp_path, 
 def test_a_failed_start_in_an_existing_folder_removes_only_its_claim(tiny_model_dir, tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     _failed_start(flags(tiny_model_dir, tmp_path))
-    assert sorted(os.listdir(tmp_path)) == ["notes.txt"]
+    assert sorted(os.listdir(tmp_path)) == ["notes.txt", "training.log"]  # the log keeps why it stopped
     start_run(flags(tiny_model_dir, tmp_path, "--top_p", "0.9"), 5, parser_defaults())  # refused before the fix
     release_output_lock(str(tmp_path))
 
