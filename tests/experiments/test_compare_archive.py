@@ -2,8 +2,13 @@
 responses behind them."""
 import gzip
 import json
+import subprocess
 
+import pytest
+
+from benchmarks.archive_pack import SUFFIX
 from experiments.compare_archive import PROBLEMS_GZ, archive_run
+from tests.helpers import REPO_ROOT
 
 
 def test_the_archive_keeps_slim_results_and_the_responses_behind_them(tmp_path):
@@ -28,3 +33,17 @@ def test_the_archive_keeps_slim_results_and_the_responses_behind_them(tmp_path):
     first = (target / "eval" / PROBLEMS_GZ).read_bytes()
     archive_run(str(run), str(tmp_path / "archive"))
     assert (target / "eval" / PROBLEMS_GZ).read_bytes() == first  # the same run archives to the same bytes
+
+
+def test_the_committed_archives_are_packed_one_file_a_sweep():
+    # issue #63: the archived runs were 446 of the tree's results files; git keeps one NAME.tar.gz per sweep, and a
+    # folder beside a pack is its git-ignored unpacking, never tracked
+    proc = subprocess.run(["git", "ls-files", "experiments/results", "benchmarks/results"], cwd=REPO_ROOT,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip("not a git checkout")
+    tracked = proc.stdout.split()
+    packs = [path[:-len(SUFFIX)] + "/" for path in tracked if path.endswith(SUFFIX)]
+    assert any(path.startswith("experiments/results/archive/") for path in packs)
+    assert [path for path in tracked if path.startswith(tuple(packs))] == []
+    assert len(tracked) <= 200, f"{len(tracked)} tracked results files: pack archived runs (benchmarks/archive_pack.py)"
