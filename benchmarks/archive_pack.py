@@ -90,8 +90,8 @@ def _unpack(folder: str):
     path = folder + SUFFIX
     digest = _sha256(path)
     marked = _marked_digest(folder) if os.path.isdir(folder) else None
-    if marked == digest:
-        return
+    if marked == digest and any(files for _, _, files in os.walk(folder) if files != [MARKER]):
+        return  # (a folder holding only its marker had its files removed, by git rm say: unpacked again)
     if os.path.isdir(folder) and marked is None:  # not written here (a user's folder, a tarball beside it): kept
         print(f"archive_pack: {folder} was not unpacked from {path}: read as it is (remove it to read the pack)",
               file=sys.stderr, flush=True)

@@ -37,6 +37,16 @@ def test_a_folder_already_unpacked_from_its_pack_is_read_as_it_is(tmp_path):
     assert (runs / "renamed" / "run.json").exists() and not (runs / "abc").exists()
 
 
+def test_a_folder_emptied_by_git_rm_is_unpacked_again(tmp_path):
+    runs = _folder(tmp_path)
+    before = _files(runs)
+    pack(str(runs))
+    for path in [p for p in runs.rglob("*") if p.is_file() and p.name != MARKER]:
+        path.unlink()
+    unpacked(str(runs))
+    assert _files(runs) == before
+
+
 def test_an_unchanged_folder_repacks_to_the_same_bytes(tmp_path):
     runs = _folder(tmp_path)
     first = open(pack(str(runs)), "rb").read()
