@@ -8,7 +8,6 @@ intact, a failed save (full disk) names the file and errno and removes its parti
 file against the manifest and refuses non-finite weights before training on them.
 """
 import contextlib
-import errno as errno_codes
 import logging
 import os
 import random
@@ -22,8 +21,10 @@ import torch
 
 from rl.engine import dist
 from rl.engine.lora import base_is_frozen, is_lora, merged_state_dict, save_adapter
-from rl.run.manifest import (MANIFEST_NAME, CheckpointError, checkpoint_files, file_entries, fsync_dir,
-                             read_manifest, verify_checkpoint, write_manifest)
+from rl.run.manifest import (MANIFEST_NAME, CheckpointError, FileWriteError, checkpoint_files, describe_failure,
+                             file_entries, fsync_dir, read_manifest, route_writes_through_python, save_durably,
+                             verify_checkpoint, write_manifest)
+from rl.run.reshard import announce, load_universal, reseed, saved_world_size
 
 logger = logging.getLogger(__name__)
 CHECKPOINT_SUBDIR = "checkpoints"
@@ -99,45 +100,6 @@ def _write_latest(root: str, tag: str):
 
 # --- save ---------------------------------------------------------------------------------------------------
 
-def _describe_failure(exc: BaseException, what: str) -> str:
-    """`what: [Errno 28 ENOSPC] No space left on device` from the OSError under exc (torch wraps it in a
-    RuntimeError such as "basic_ios::clear: iostream error" or "unexpected pos", which names no file)."""
-    seen, cause = set(), exc
-    while cause is not None and id(cause) not in seen and not isinstance(cause, OSError):
-        seen.add(id(cause))
-        cause = cause.__cause__ or cause.__context__
-    if isinstance(cause, OSError) and cause.errno is not None:
-        name = errno_codes.errorcode.get(cause.errno, "?")
-        where = cause.filename or what
-        return f"{where}: [Errno {cause.errno} {name}] {cause.strerror}"
-    return f"{what}: {type(exc).__name__}: {exc}"
-
-
-class _FileWriteError(Exception):
-    """Writing one checkpoint file failed; the message names the file and the errno."""
-
-
-def _save_through_python_file(state, path: str, zipfile: bool = False):
-    """torch.save through a Python file object (so a write error surfaces as an OSError with its errno and path),
-    fsynced so that the manifest written afterwards never lists data still in the page cache."""
-    try:
-        with open(path, "wb") as f:
-            torch.save(state, f, _use_new_zipfile_serialization=zipfile)
-            f.flush()
-            os.fsync(f.fileno())
-    except Exception as exc:
-        raise _FileWriteError(_describe_failure(exc, path)) from exc
-
-
-def _route_writes_through_python(engine):
-    from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
-    ckpt_engine = getattr(engine, "checkpoint_engine", None)
-    if isinstance(ckpt_engine, TorchCheckpointEngine):  # other engines (Nebula, fast writers) keep their own I/O
-        def save(state_dict, path):
-            _save_through_python_file(state_dict, path, ckpt_engine.zipfile_serialization)
-        ckpt_engine.save = save
-
-
 def _first_error(local):
     """The first rank's error message (or None); a collective, so every rank decides the same way."""
     errors = [e for e in dist.all_gather_object(local) if e]
@@ -161,24 +123,24 @@ def save_checkpoint(engine, output_dir: str, step: int, trainer_state: dict, sav
             shutil.rmtree(tmp, ignore_errors=True)  # debris of a save that was killed
             os.makedirs(tmp)
         except OSError as exc:
-            error = _describe_failure(exc, tmp)
+            error = describe_failure(exc, tmp)
     error = _first_error(error)
     if error is None:
-        _route_writes_through_python(engine)
+        route_writes_through_python(engine)
         try:
-            _save_through_python_file(rng_state(), os.path.join(tmp, f"rng_rank{dist.rank()}.pt"))
+            save_durably(rng_state(), os.path.join(tmp, f"rng_rank{dist.rank()}.pt"))
             engine.save_checkpoint(root, tag=tmp_tag, client_state={"trainer_state": trainer_state},
                                    save_latest=False)
         except Exception as exc:  # noqa: BLE001  (any failure: every rank must learn of it and clean up)
-            error = f"rank {dist.rank()}: " + (str(exc) if isinstance(exc, _FileWriteError)
-                                              else _describe_failure(exc, tmp))
+            error = f"rank {dist.rank()}: " + (str(exc) if isinstance(exc, FileWriteError)
+                                              else describe_failure(exc, tmp))
         error = _first_error(error)
     if error is None:
         try:  # each rank hashes a share of the files (a 135M-parameter checkpoint is ~1.6 GB)
             names = checkpoint_files(tmp)
             mine = file_entries(tmp, names[dist.rank()::dist.world_size()])
         except OSError as exc:
-            mine = {"error": _describe_failure(exc, tmp)}
+            mine = {"error": describe_failure(exc, tmp)}
         shares = dist.all_gather_object(mine)
         error = next((s["error"] for s in shares if "error" in s), None)
         if error is None and dist.rank() == 0:
@@ -192,7 +154,7 @@ def save_checkpoint(engine, output_dir: str, step: int, trainer_state: dict, sav
                 fsync_dir(root)
                 _write_latest(root, tag)
             except OSError as exc:
-                error = _describe_failure(exc, tmp)
+                error = describe_failure(exc, tmp)
         error = _first_error(error)
     if error is not None:
         if dist.rank() == 0:
@@ -330,11 +292,17 @@ def load_checkpoint(engine, root: str, tag: str) -> dict:
     """Restore engine (model, optimizer, scheduler) and this rank's RNG; return the trainer state.
 
     The caller has checked the files against the manifest (ResumePoint.verify). Non-finite weights or optimizer
-    state are refused: resuming would train on garbage (and save it again)."""
+    state are refused: resuming would train on garbage (and save it again). A checkpoint saved at another rank count
+    is loaded through DeepSpeed's universal checkpoint, and the sampling streams are re-seeded (rl/run/reshard.py)."""
     folder = os.path.join(root, tag)
+    manifest = read_manifest(folder)
+    saved_world = saved_world_size(folder, manifest)
+    moved = saved_world is not None and saved_world != dist.world_size()
     try:
-        path, client_state = engine.load_checkpoint(root, tag=tag, load_optimizer_states=True,
-                                                    load_lr_scheduler_states=True)
+        path, client_state = load_universal(engine, root, tag) if moved else engine.load_checkpoint(
+            root, tag=tag, load_optimizer_states=True, load_lr_scheduler_states=True)
+    except CheckpointError:
+        raise
     except Exception as exc:  # DeepSpeed's and torch's errors name no file
         raise CheckpointError(f"loading checkpoint {folder} failed: {type(exc).__name__}: {exc}") from exc
     if path is None:
@@ -345,6 +313,11 @@ def load_checkpoint(engine, root: str, tag: str) -> dict:
         earlier = [t for t in complete_checkpoints(root) if step_of(t) < step_of(tag)]
         hint = f"; resume an earlier one with --resume {os.path.join(root, earlier[-1])}" if earlier else ""
         raise CheckpointError(f"checkpoint {folder} holds {what}: refusing to train on them{hint}")
+    if moved:  # this rank's stream belonged to another layout's rank
+        state = client_state["trainer_state"]
+        reseed(((manifest or {}).get("flags") or {}).get("seed", 0), state["step"], dist.rank())
+        announce(folder, saved_world, state["step"])
+        return state
     rng_file = os.path.join(folder, f"rng_rank{dist.rank()}.pt")
     if not os.path.exists(rng_file):
         raise CheckpointError(f"{rng_file} is missing: the checkpoint was written by a run with another rank count")

@@ -1,12 +1,16 @@
-"""A checkpoint's manifest: every file with its size and sha256, written last at save, checked before a load.
+"""A checkpoint's files: each written durably (a failed write names the file and errno), then the manifest, every
+file with its size and sha256, written last at save and checked before a load.
 
 A step folder with a readable `manifest.json` is complete (its save finished); one without is the debris of a save
 that never finished. A file that is missing, shorter or different from what the manifest says is refused with an
 error naming it, so a bit flip or a truncated copy never trains silently.
 """
+import errno as errno_codes
 import hashlib
 import json
 import os
+
+import torch
 
 from rl.errors import TrainingAborted
 
@@ -93,3 +97,44 @@ def verify_checkpoint(folder: str, manifest: dict):
         if got != want["sha256"]:
             raise CheckpointError(f"checkpoint file {path} is corrupt: sha256 {got[:16]}..., "
                                   f"{want['sha256'][:16]}... when it was saved")
+
+
+# --- durable writes ---
+
+def describe_failure(exc: BaseException, what: str) -> str:
+    """`what: [Errno 28 ENOSPC] No space left on device` from the OSError under exc (torch wraps it in a
+    RuntimeError such as "basic_ios::clear: iostream error" or "unexpected pos", which names no file)."""
+    seen, cause = set(), exc
+    while cause is not None and id(cause) not in seen and not isinstance(cause, OSError):
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(cause, OSError) and cause.errno is not None:
+        name = errno_codes.errorcode.get(cause.errno, "?")
+        where = cause.filename or what
+        return f"{where}: [Errno {cause.errno} {name}] {cause.strerror}"
+    return f"{what}: {type(exc).__name__}: {exc}"
+
+
+class FileWriteError(Exception):
+    """Writing one checkpoint file failed; the message names the file and the errno."""
+
+
+def save_durably(state, path: str, zipfile: bool = False):
+    """torch.save through a Python file object (so a write error surfaces as an OSError with its errno and path),
+    fsynced so that the manifest written afterwards never lists data still in the page cache."""
+    try:
+        with open(path, "wb") as f:
+            torch.save(state, f, _use_new_zipfile_serialization=zipfile)
+            f.flush()
+            os.fsync(f.fileno())
+    except Exception as exc:
+        raise FileWriteError(describe_failure(exc, path)) from exc
+
+
+def route_writes_through_python(engine):
+    from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
+    ckpt_engine = getattr(engine, "checkpoint_engine", None)
+    if isinstance(ckpt_engine, TorchCheckpointEngine):  # other engines (Nebula, fast writers) keep their own I/O
+        def save(state_dict, path):
+            save_durably(state_dict, path, ckpt_engine.zipfile_serialization)
+        ckpt_engine.save = save

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from rl.engine import dist
 from rl.run.checkpoint import ResumePoint, checkpoint_root, resolve_resume
 from rl.run.heartbeat import start_heartbeat
+from rl.run.reshard import prompts_per_step, saved_world_size
 from rl.errors import TrainingAborted
 from rl.log.loggers import WandbSettings, close_training_log, report_backends, start_training_log
 from rl.run.saved_config import (CONFIG_NAME, DEFAULT_SAVE_STEPS, LOCK_NAME, RunMismatch, SAVE_COST, acquire_output_lock,
@@ -110,7 +111,12 @@ def _decide(args, steps: int, defaults: dict, world_size: int) -> RunStart:
                   f"run starts afresh there with its own flags", flush=True)
         else:
             saved, where = saved_config["flags"], os.path.join(args.output_dir, "config.json") + f" ({trained})"
-    differences = flag_differences(saved, current, defaults) if saved is not None else []
+    # A run saved at another rank count: its prompts per rank are compared as prompts per step (rl/run/reshard.py)
+    saved_world = saved_world_size(point.path, point.manifest) if point else (saved_config or {}).get("world_size")
+    differences = []
+    if saved is not None:
+        saved, prompts = prompts_per_step(saved, saved_world, current, world_size)
+        differences = flag_differences(saved, current, defaults) + ([prompts] if prompts else [])
     if differences and args.resume == "auto":
         raise RunMismatch(
             f"--resume auto: {where} belongs to another experiment; its method-defining flags differ: "
