@@ -27,7 +27,7 @@ TARGETS = {"toolcall": "T=0.4: groups with correct >= 1/3 and 0.6 < format < 0.9
 
 def _per_sample(problem: dict, env: str) -> list:
     """[(format, correct)] for each sampled response of one question."""
-    if env == "toolcall":
+    if env.startswith("toolcall"):
         return [(e["format"], e["correct"]) for e in problem.get("episodes", [])]
     correct = [turns[-1] if turns else 0 for turns in problem["correct_by_turn"]]
     formats = [int(bool(BOXED.search(r[-1]))) if r else 0 for r in problem["responses"]]
@@ -50,7 +50,7 @@ def summarise(results: dict, env: str) -> dict:
 
 def meets(env: str, sampled: dict) -> bool:
     in_band = 0.6 < sampled["format"] < 0.95
-    return in_band and (env != "toolcall" or sampled.get("groups_with_correct", 0) >= 1 / 3)
+    return in_band and (not env.startswith("toolcall") or sampled.get("groups_with_correct", 0) >= 1 / 3)
 
 
 def _step(name: str) -> int:
@@ -66,7 +66,7 @@ def report(root: str) -> str:
         if not os.path.isdir(folder):
             continue
         names = sorted({d.rsplit("_", 1)[0] for d in os.listdir(folder)}, key=_step)
-        lines += [f"## {env}", "", f"Target ({TARGETS.get(env, '?')}).", "",
+        lines += [f"## {env}", "", f"Target ({TARGETS.get(env.split('_')[0], '?')}).", "",
                   "| model | greedy format | greedy correct | sampled format (SE) | sampled correct | groups with "
                   "correct | groups, format spread | groups, correct spread | meets target |",
                   "|---|---|---|---|---|---|---|---|---|"]

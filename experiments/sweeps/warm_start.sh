@@ -12,6 +12,11 @@
 # SFT at about 2 min per step, so it stops at the first export that meets its target, or after step 32 at the latest;
 # the pick rule above is unchanged (it never looks past the shortest export that meets, so stopping there changes no
 # pick). The mixed sweep runs beside it with one thread.
+# Revision 2 (06:15 UTC, after reading mixed's first export): mixed's step-8 export already wrote the boxed format in
+# 998 of 1000 sampled responses at T = 0.7, above the band, so its later exports (16-48) were not evaluated and a finer
+# grid was run instead: the same recipe stopped at 6 steps with exports at 2, 4 and 6 (constant LR and the same data
+# order, so these are the 48-step run's own states at those steps), evaluated with the same flags; target and rule
+# unchanged, over all of mixed's evaluated exports. `FINE=1 ENVS=mixed` runs it.
 # Resumable: a finished SFT (sft/final) and every results.json are kept and skipped on a rerun.
 #   bash experiments/sweeps/warm_start.sh            # both envs: about 1.5 h of 2 cores
 #   ENVS=toolcall bash experiments/sweeps/warm_start.sh
@@ -28,10 +33,16 @@ for env in ${ENVS:-toolcall mixed}; do
     mixed)    EVAL="--env mixed --max_new_tokens 48 --batch_size 100 --dtype fp32"; GREEDY_LIMIT=200; SAMPLED_LIMIT=100; T=0.7 ;;
     *) echo "ENVS: toolcall and/or mixed, got '$env'" >&2; exit 2 ;;
   esac
-  [ -d "$OUT/sft/final" ] || STEPS=48 SAVE_EVERY=8 OUT=$OUT MODEL=$MODEL bash scripts/warm_start.sh "$env"
-  models="base=$MODEL"
-  for s in 8 16 24 32 40; do models="$models step_$s=$OUT/sft/hf/step_$s"; done
-  models="$models step_48=$OUT/sft/final"
+  if [ "${FINE:-0}" = 1 ]; then  # revision 2's finer grid
+    OUT=$ROOT/${env}_fine
+    [ -d "$OUT/sft/final" ] || STEPS=6 SAVE_EVERY=2 OUT=$OUT MODEL=$MODEL bash scripts/warm_start.sh "$env"
+    models="step_2=$OUT/sft/hf/step_2 step_4=$OUT/sft/hf/step_4 step_6=$OUT/sft/final"
+  else
+    [ -d "$OUT/sft/final" ] || STEPS=48 SAVE_EVERY=8 OUT=$OUT MODEL=$MODEL bash scripts/warm_start.sh "$env"
+    models="base=$MODEL"
+    for s in 8 16 24 32 40; do models="$models step_$s=$OUT/sft/hf/step_$s"; done
+    models="$models step_48=$OUT/sft/final"
+  fi
   for pair in $models; do
     name=${pair%%=*}; path=${pair#*=}
     # shellcheck disable=SC2086
