@@ -17,6 +17,10 @@
 # grid was run instead: the same recipe stopped at 6 steps with exports at 2, 4 and 6 (constant LR and the same data
 # order, so these are the 48-step run's own states at those steps), evaluated with the same flags; target and rule
 # unchanged, over all of mixed's evaluated exports. `FINE=1 ENVS=mixed` runs it.
+# Revision 3 (06:33 UTC, after reading the fine grid): mixed's format went from 0.525 (step 4) to 0.970 (step 6) at
+# T = 0.7, both outside the band, so step 5 is evaluated too (the same recipe stopped at 5 steps: FINE=5); the rule
+# then picks over steps 2, 4, 5, 6 and 8. The warm start is an instrument whose length the issue asks to choose so that
+# RL has room; no RL result has been seen.
 # Resumable: a finished SFT (sft/final) and every results.json are kept and skipped on a rerun.
 #   bash experiments/sweeps/warm_start.sh            # both envs: about 1.5 h of 2 cores
 #   ENVS=toolcall bash experiments/sweeps/warm_start.sh
@@ -33,7 +37,11 @@ for env in ${ENVS:-toolcall mixed}; do
     mixed)    EVAL="--env mixed --max_new_tokens 48 --batch_size 100 --dtype fp32"; GREEDY_LIMIT=200; SAMPLED_LIMIT=100; T=0.7 ;;
     *) echo "ENVS: toolcall and/or mixed, got '$env'" >&2; exit 2 ;;
   esac
-  if [ "${FINE:-0}" = 1 ]; then  # revision 2's finer grid
+  if [ "${FINE:-0}" = 5 ]; then  # revision 3: step 5
+    OUT=$ROOT/${env}_step5
+    [ -d "$OUT/sft/final" ] || STEPS=5 OUT=$OUT MODEL=$MODEL bash scripts/warm_start.sh "$env"
+    models="step_5=$OUT/sft/final"
+  elif [ "${FINE:-0}" = 1 ]; then  # revision 2's finer grid
     OUT=$ROOT/${env}_fine
     [ -d "$OUT/sft/final" ] || STEPS=6 SAVE_EVERY=2 OUT=$OUT MODEL=$MODEL bash scripts/warm_start.sh "$env"
     models="step_2=$OUT/sft/hf/step_2 step_4=$OUT/sft/hf/step_4 step_6=$OUT/sft/final"
