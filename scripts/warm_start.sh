@@ -19,7 +19,7 @@ case "$ENV_NAME" in
   # the DARA sweeps' questions (experiments/sweeps/dara_toolcall.sh) in ToolRL's and DARA's prompt: no worked examples
   toolcall) DATA="--env toolcall --toolcall_categories simple_python,multiple,parallel,parallel_multiple --toolcall_max_schema_chars 1200 --no-toolcall_example"
             N=${N:-1000}; STEPS=${STEPS:-16}; ANSWER=96 ;;
-  mixed)    DATA="--env mixed"; N=${N:-1000}; STEPS=${STEPS:-8}; ANSWER=48 ;;
+  mixed)    DATA="--env mixed"; N=${N:-1000}; STEPS=${STEPS:-5}; ANSWER=48 ;;  # 5: the sweep's pick
   *) echo "scripts/warm_start.sh: toolcall or mixed, got '$ENV_NAME'" >&2; exit 2 ;;
 esac
 mkdir -p "$OUT"
