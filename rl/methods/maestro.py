@@ -132,7 +132,7 @@ class Maestro(Method):
                             "training settings of the paper's Table 7 that credo has: --maestro_kl_in_reward 0.1, "
                             "--loss_mode gspo (its sequence-level importance sampling), --top_entropy_quantile 0.2, "
                             "--sync_ref_model (the last three from one second-hand record of Table 7 that another "
-                            "contradicts; neither checked against the paper's text: docs/maestro.md); it cannot set "
+                            "contradicts; both unchecked against the paper's text: docs/maestro.md); it cannot set "
                             "the sync's alpha and interval (TRL's defaults 0.6 / 512), "
                             "GSPO's clip range, the optimiser, batch or lengths, which the repo does not record. "
                             "small: credo's deviation for short CPU runs: unit-norm h, "
