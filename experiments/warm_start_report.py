@@ -1,7 +1,11 @@
 """The warm-start sweep's report (experiments/sweeps/warm_start.sh): per env and model (the base, then each SFT
 export), what RL would start from, read off eval.py's results.json files.
 
-    python experiments/warm_start_report.py ROOT [--output experiments/results/warm_start.md]
+    python experiments/warm_start_report.py ROOT [--output experiments/results/warm_start.md] [--archive DIR]
+
+--archive DIR copies what the report reads (each eval's results.json, and each SFT run's config.json and
+metrics.jsonl) into DIR in ROOT's layout and packs it (DIR.tar.gz, benchmarks/archive_pack.py); the report then
+reproduces from a fresh clone with `python experiments/warm_start_report.py experiments/results/archive/warm_start`.
 
 ROOT/<env>/eval/<model>_{greedy,sampled}/results.json. Sampled evals draw 4 responses per question (a GRPO group)
 at the RL sweeps' temperature. Columns:
@@ -19,6 +23,9 @@ import json
 import math
 import os
 import re
+import shutil
+
+from benchmarks.archive_pack import pack, unpacked
 
 BOXED = re.compile(r"\\boxed\{[^{}]+\}")  # rewards/format.py's FORMATS["boxed"]
 TARGETS = {"toolcall": "T=0.4: groups with correct >= 1/3 and 0.6 < format < 0.95",
@@ -53,6 +60,15 @@ def meets(env: str, sampled: dict) -> bool:
     return in_band and (not env.startswith("toolcall") or sampled.get("groups_with_correct", 0) >= 1 / 3)
 
 
+def shortfall(env: str, sampled: dict) -> float:
+    """How far a sampled eval is from its env's target: the format's distance from the band plus, for toolcall, the
+    missing share of groups with a correct response (0 when the target is met). The rule's "nearest" export."""
+    gap = max(0.6 - sampled["format"], sampled["format"] - 0.95, 0.0)
+    if env.startswith("toolcall"):
+        gap += max(1 / 3 - sampled.get("groups_with_correct", 0), 0.0)
+    return gap
+
+
 def _step(name: str) -> int:
     return 0 if name == "base" else int(name.split("_")[1])
 
@@ -61,6 +77,7 @@ def report(root: str) -> str:
     lines = ["# Warm start: where RL starts (issue #60 item 3)", "",
              f"`python experiments/warm_start_report.py {root}`, from the evals of `bash experiments/sweeps/warm_start.sh`.",
              ""]
+    picks, nearest = {}, {}
     for env in sorted(os.listdir(root)):
         folder = os.path.join(root, env, "eval")
         if not os.path.isdir(folder):
@@ -80,6 +97,8 @@ def report(root: str) -> str:
                         row[kind] = summarise(json.load(f), env)
             g, s = row.get("greedy", {}), row.get("sampled", {})
             ok = bool(s) and meets(env, s)
+            if s and name != "base":
+                nearest.setdefault(env.split("_")[0], []).append((shortfall(env, s), _step(name), f"{name} ({env})"))
             if ok and pick is None and name != "base":
                 pick = name
 
@@ -89,16 +108,41 @@ def report(root: str) -> str:
                          f"{cell(s, 'format')} ({cell(s, 'format_se')}) | {cell(s, 'correct')} | "
                          f"{cell(s, 'groups_with_correct')} | {cell(s, 'groups_format_spread')} | "
                          f"{cell(s, 'groups_correct_spread')} | {'yes' if ok else 'no'} |")
-        lines += ["", f"Pick: **{pick}**" if pick else "Pick: none meets the target (see the table).", ""]
+        picks.setdefault(env.split("_")[0], []).append((_step(pick), f"{pick} ({env})") if pick else None)
+        lines.append("")
+    lines += ["## Picks", "", "The shortest export that meets its env's target, over every run of that env (the sweep's "
+              "revisions add finer grids as env_fine / env_step5):", ""]
+    for env, found in sorted(picks.items()):
+        found = sorted(f for f in found if f)
+        near = min(nearest.get(env, [(0, 0, "no sampled eval")]))
+        lines.append(f"- {env}: **{found[0][1]}**" if found else
+                     f"- {env}: none meets the target; nearest **{near[2]}** (short by {near[0]:.3f})")
     return "\n".join(lines) + "\n"
+
+
+def archive(root: str, dest: str):
+    """Copy the report's inputs (results.json of each eval, config.json and metrics.jsonl of each SFT run) into dest
+    in root's layout, then pack dest."""
+    for folder, _, names in os.walk(root):
+        rel = os.path.relpath(folder, root)
+        wanted = [n for n in names if (n == "results.json" and "/eval/" in f"/{rel}/")
+                  or (n in ("config.json", "metrics.jsonl") and rel.endswith(os.path.join("sft")))]
+        for name in wanted:
+            os.makedirs(os.path.join(dest, rel), exist_ok=True)
+            shutil.copyfile(os.path.join(folder, name), os.path.join(dest, rel, name))
+    pack(dest)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("root")
     p.add_argument("--output", default=None)
+    p.add_argument("--archive", default=None, help="copy the report's inputs here and pack them")
     args = p.parse_args(argv)
-    text = report(args.root)
+    if args.archive:
+        archive(args.root, args.archive)
+        args.root = args.archive
+    text = report(unpacked(args.root))
     print(text, end="")
     if args.output:
         with open(args.output, "w") as f:
