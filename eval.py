@@ -32,7 +32,7 @@ from rl.rollout.samplers import DECODE_LOOPS, make_sampler
 from rl.rollout.vllm.flags import add_vllm_engine_flags, validate_rollout_backend
 from rl.run.saved_config import default_output_dir
 from rl.eval.evaluation import EvalSettings, aggregate, evaluate, markdown_table, model_label, setting_differences
-from rl.eval.eval_rewards import EvalRewards, add_eval_reward_flags, run_config_of, validate_eval_rewards
+from rl.eval.eval_rewards import EvalRewards, EvalRewardSettings, add_eval_reward_flags, run_config_of, validate_eval_rewards
 from rl.engine.models import DEFAULT_MODEL_DIR, load_tokenizer
 
 EVAL_MAX_PROMPT_SEQ_LEN = 1024  # --max_prompt_seq_len when the env declares no prompt length of its own
@@ -285,7 +285,7 @@ def main(argv=None):
     rows = eval_rows(args)
     mine = list(range(rank, len(rows), world))  # problem i goes to rank i % world
     sampler = make_sampler(args, model, tokenizer)  # --rollout_backend, --decode_loop; greedy at --temperature 0
-    rewards = EvalRewards(args, args.n) if args.reward_names else None  # --reward_funcs, in worker processes
+    rewards = EvalRewards(EvalRewardSettings.from_args(args), args.n) if args.reward_names else None  # --reward_funcs, in worker processes
     problems = evaluate(sampler, tokenizer, [rows[i] for i in mine], EvalSettings.from_args(args),
                         show_progress=rank == 0, indices=mine, rewards=rewards)
     if rewards is not None:

@@ -13,6 +13,7 @@ import argparse
 import json
 import math
 import os
+from dataclasses import dataclass
 
 from rewards.policy_rewards import POLICY_REWARDS
 from rewards.registry import CORRECTNESS, build_reward_fn, reward_spec
@@ -75,14 +76,28 @@ def validate_eval_rewards(args, bad, train_defaults) -> None:
                 bad(exc.args[0])
 
 
+@dataclass(frozen=True)
+class EvalRewardSettings:
+    """What EvalRewards reads of eval.py's flags, resolved by validate_eval_rewards."""
+    names: tuple                    # --reward_funcs, as a list
+    knobs: argparse.Namespace       # the reward settings each built-in reward is built with (reward_knobs)
+    workers: int                    # --reward_workers
+    timeout_s: float                # --reward_timeout
+
+    @classmethod
+    def from_args(cls, args) -> "EvalRewardSettings":
+        return cls(names=tuple(args.reward_names), knobs=args.reward_knobs, workers=args.reward_workers,
+                   timeout_s=args.reward_timeout)
+
+
 class EvalRewards:
     """The pooled --reward_funcs of one evaluation: `score(batch)` gives each sample's {component: value}."""
 
-    def __init__(self, args, group_size: int):
+    def __init__(self, settings: EvalRewardSettings, group_size: int):
         from rewards.pooled import PooledRewards
-        self.names = list(args.reward_names)
-        specs = [reward_spec(n, args.reward_knobs) for n in self.names if n != CORRECTNESS]
-        self.pooled = PooledRewards(specs, workers=args.reward_workers, timeout_s=args.reward_timeout,
+        self.names = list(settings.names)
+        specs = [reward_spec(n, settings.knobs) for n in self.names if n != CORRECTNESS]
+        self.pooled = PooledRewards(specs, workers=settings.workers, timeout_s=settings.timeout_s,
                                     group_size=group_size)
 
     def score(self, batch) -> list:
