@@ -21,6 +21,12 @@
 # T = 0.7, both outside the band, so step 5 is evaluated too (the same recipe stopped at 5 steps: FINE=5); the rule
 # then picks over steps 2, 4, 5, 6 and 8. The warm start is an instrument whose length the issue asks to choose so that
 # RL has room; no RL result has been seen.
+# Revision 4 (session 29, 2026-12-07 07:58 UTC, before any new run): revision 1 had stopped toolcall at step 24 (the
+# loaded machine), short of the original 48-step plan, with no export meeting the target. On a quiet machine the same
+# recipe now runs the original 48 steps (the first run's step-8..24 exports and evals are kept as toolcall/sft_rev1 and
+# toolcall/eval; the new run's step-24 export is compared with the first's to show the rerun is the same model), and
+# the evals still missing are run in the script's order (step_8 sampled, then 32, 40, 48). Targets and the pick rule
+# are unchanged.
 # Resumable: a finished SFT (sft/final) and every results.json are kept and skipped on a rerun.
 #   bash experiments/sweeps/warm_start.sh            # both envs: about 1.5 h of 2 cores
 #   ENVS=toolcall bash experiments/sweeps/warm_start.sh
