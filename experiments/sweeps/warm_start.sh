@@ -26,7 +26,9 @@
 # recipe now runs the original 48 steps (the first run's step-8..24 exports and evals are kept as toolcall/sft_rev1 and
 # toolcall/eval; the new run's step-24 export is compared with the first's to show the rerun is the same model), and
 # the evals still missing are run in the script's order (step_8 sampled, then 32, 40, 48). Targets and the pick rule
-# are unchanged.
+# are unchanged. The rerun's step-8, 16 and 24 exports are byte-identical to the first run's (md5 of model.safetensors),
+# so the earlier evals stand for them. Its evals ran with one thread (OMP_NUM_THREADS=1, the other core kept for other
+# work), where the first run's had two: the sampled draws are the same seeds, any difference is floating-point order.
 # Resumable: a finished SFT (sft/final) and every results.json are kept and skipped on a rerun.
 #   bash experiments/sweeps/warm_start.sh            # both envs: about 1.5 h of 2 cores
 #   ENVS=toolcall bash experiments/sweeps/warm_start.sh
