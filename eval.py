@@ -28,7 +28,7 @@ from rl.engine.models import is_local_model_path
 from rl.rollout.data import DataError, check_first_row, load_rows, validate_data_keys
 from rl.rollout.data_files import check_data_path
 from rl.rollout.episode_end import check_env_supports
-from rl.rollout.samplers import DECODE_LOOPS, make_sampler
+from rl.rollout.samplers import DECODE_LOOPS, SamplerSettings, make_sampler
 from rl.rollout.vllm.flags import add_vllm_engine_flags, validate_rollout_backend
 from rl.run.saved_config import default_output_dir
 from rl.eval.evaluation import EvalSettings, aggregate, evaluate, markdown_table, model_label, setting_differences
@@ -284,7 +284,8 @@ def main(argv=None):
     t0 = time.perf_counter()
     rows = eval_rows(args)
     mine = list(range(rank, len(rows), world))  # problem i goes to rank i % world
-    sampler = make_sampler(args, model, tokenizer)  # --rollout_backend, --decode_loop; greedy at --temperature 0
+    # --rollout_backend, --decode_loop; greedy at --temperature 0
+    sampler = make_sampler(SamplerSettings.from_args(args), model, tokenizer)
     rewards = EvalRewards(EvalRewardSettings.from_args(args), args.n) if args.reward_names else None  # --reward_funcs, in worker processes
     problems = evaluate(sampler, tokenizer, [rows[i] for i in mine], EvalSettings.from_args(args),
                         show_progress=rank == 0, indices=mine, rewards=rewards)
@@ -303,7 +304,7 @@ def main(argv=None):
     metrics.update(args.env_cls.eval_metrics([e for p in problems for e in p.get("episodes", [])]))
     if args.length_budget_tokens:
         metrics.update(budget_metrics(problems, tokenizer, args.length_budget_tokens, args.max_answer_seq_len))
-    config = {k: v for k, v in vars(args).items() if k not in ("env_cls", "reward_names", "reward_knobs")}
+    config = {k: v for k, v in vars(args).items() if k not in ("env_cls", "reward_names", "reward_settings")}
     config["seconds"] = time.perf_counter() - t0
     result = {"metrics": metrics, "config": config, "problems": problems}
     other, names = None, (model_label(args.model_name_or_path), "")

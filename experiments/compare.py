@@ -66,7 +66,9 @@ if REPO not in sys.path:  # a user's module (--reward_funcs my_pkg.rewards:judge
     sys.path.insert(0, REPO)
 
 OWNED_FLAGS = ("--output_dir", "--seed", "--resume", "--local_rank")  # set by compare.py for every run
-UNHASHED = ("output_dir", "local_rank")                               # differ between identical runs
+# differ between identical runs; and values the parser derives from hashed flags (a run cached before one existed
+# keeps its key: rl/run/saved_config.py's DERIVED_VALUES)
+UNHASHED = ("output_dir", "local_rank", "uses_reference")
 
 
 def parse_method(spec: str):

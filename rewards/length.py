@@ -19,6 +19,9 @@ class LengthReward:
         return 1.0 if len(reasoning_part(completion).split()) <= self.limit else 0.0
 
 
+DEFAULT_LEN_MIN, DEFAULT_LEN_MAX = 16, 64  # --len_min / --len_max: credo's defaults for the CPU model's short answers
+
+
 def linear_length_score(length: int, len_min: int, len_max: int) -> float:
     """1 when length <= len_min, falling linearly to 0 at len_max, 0 above (MAESTRO's `len`)."""
     if length <= len_min:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from rewards.format import FormatReward
-from rewards.length import linear_length_score
+from rewards.length import DEFAULT_LEN_MAX, DEFAULT_LEN_MIN, linear_length_score
 from rewards.policy_signals import entropy_and_last_hidden, mean_over_mask, nover_example, nover_length_factor
 from rewards.prefix_nll import cached_reference_nll
 
@@ -57,6 +57,20 @@ class PolicyRewardSettings:
                    per_device_train_micro_batch_size=args.per_device_train_micro_batch_size,
                    temperature=args.temperature, len_min=args.len_min, len_max=args.len_max,
                    answer_key=args.answer_key)
+
+
+def add_policy_reward_flags(p):
+    """The open-domain rewards' flags (fmt, ppl, ent, len, pref): any method can name them in --reward_funcs, and
+    MAESTRO mixes the same rewards."""
+    g = p.add_argument_group("open-domain rewards (--reward_funcs fmt, ppl, ent, len, pref; MAESTRO's rewards)")
+    g.add_argument("--len_min", type=int, default=DEFAULT_LEN_MIN,
+                   help="len reward: 1 at or below this many response tokens")
+    g.add_argument("--len_max", type=int, default=DEFAULT_LEN_MAX,
+                   help="len reward: falls linearly to 0 at this many tokens")
+    g.add_argument("--reward_model_name_or_path", default=None,
+                   help="sequence-classification reward model for the pref reward (MAESTRO skips pref with a warning "
+                        "when unset; --reward_funcs pref refuses to start). credo's reading: loaded whole on every "
+                        "rank, outside the actor's ZeRO-3 partitioning")
 
 
 class PolicyRewards:

@@ -7,21 +7,50 @@ a float, a dict of named components, or None to abstain, or TRL's batched f(prom
 a list of floats or None (rewards/conventions.py tells them apart by signature, when the flags are parsed).
 """
 import pickle
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from rewards.conventions import reward_style
 from rewards.dotted import load_dotted
 from rewards.format import FormatReward
-from rewards.length import LengthReward, LinearLengthReward
-from rewards.toolcall import TOOLCALL_REWARDS
+from rewards.length import DEFAULT_LEN_MAX, DEFAULT_LEN_MIN, LengthReward, LinearLengthReward
+from rewards.toolcall import DEFAULT_THINK_LIMIT, TOOLCALL_REWARDS
 
 CORRECTNESS = "correctness"
-BUILT_IN_REWARDS = {
-    "format": lambda args: FormatReward(args.format_style),
-    "length": lambda args: LengthReward(args.length_limit),
-    "length_linear": lambda args: LinearLengthReward(args.len_min, args.len_max),
+
+
+@dataclass(frozen=True)
+class BuiltInRewardSettings:
+    """The built-in rewards' own settings, one field per flag of the same name. The defaults here are the flags'
+    (add_builtin_reward_flags; DARA's in rewards/toolcall.py, --len_min / --len_max in rewards/policy_rewards.py)."""
+    format_style: str = "boxed"          # format: boxed, tags, or a regular expression
+    length_limit: int = 20               # length: words before the final answer
+    len_min: int = DEFAULT_LEN_MIN       # length_linear (and the in-process `len`): 1 up to len_min tokens ...
+    len_max: int = DEFAULT_LEN_MAX       # ... falling to 0 at len_max
+    tool_correct_mode: str = "ast"       # tool_correct: ast or toolrl
+    think_length_limit: int = DEFAULT_THINK_LIMIT  # think_length: words in the last <think> block
+    length_budget_tokens: int = None     # length_budget: the budget in tokens
+
+    @classmethod
+    def from_args(cls, args) -> "BuiltInRewardSettings":
+        """A parser without some of these flags (eval.py's, a test's) leaves those settings at their defaults."""
+        return cls(**{f.name: getattr(args, f.name, f.default) for f in fields(cls)})
+
+
+BUILT_IN_REWARDS = {  # name -> builder(BuiltInRewardSettings)
+    "format": lambda settings: FormatReward(settings.format_style),
+    "length": lambda settings: LengthReward(settings.length_limit),
+    "length_linear": lambda settings: LinearLengthReward(settings.len_min, settings.len_max),
     **TOOLCALL_REWARDS,
 }
+
+
+def add_builtin_reward_flags(group):
+    """--format_style and --length_limit (the format and length rewards')."""
+    group.add_argument("--format_style", default=BuiltInRewardSettings.format_style,
+                       help="format reward: boxed, tags, or a regular expression")
+    group.add_argument("--length_limit", type=int, default=BuiltInRewardSettings.length_limit,
+                       help="length reward: 1 when the reasoning part (before the final answer) has at most this many "
+                            "words")
 
 
 @dataclass(frozen=True)
@@ -32,11 +61,11 @@ class RewardSpec:
     style: str    # rewards.conventions.CREDO or TRL
 
 
-def build_reward_fn(name: str, args):
+def build_reward_fn(name: str, settings: BuiltInRewardSettings):
     """The callable for a --reward_funcs entry other than `correctness`; KeyError with a readable message
     (an unknown name, an import that fails, or a signature that fits neither convention)."""
     if name in BUILT_IN_REWARDS:
-        return BUILT_IN_REWARDS[name](args)
+        return BUILT_IN_REWARDS[name](settings)
     if ":" in name:
         fn = load_dotted(name, "--reward_funcs")
         if not callable(fn):
@@ -52,8 +81,8 @@ def build_reward_fn(name: str, args):
                    f"or give package.module:function")
 
 
-def reward_spec(name: str, args) -> RewardSpec:
-    fn = build_reward_fn(name, args)
+def reward_spec(name: str, settings: BuiltInRewardSettings) -> RewardSpec:
+    fn = build_reward_fn(name, settings)
     if name in BUILT_IN_REWARDS:  # length_budget is TRL-style (it counts the sampled completion_ids)
         return RewardSpec(name, ("pickle", pickle.dumps(fn)), reward_style(fn, name))
     # by import path, so that the worker imports the user's module itself (closures and lambdas need not pickle)

@@ -240,15 +240,14 @@ def exceed_and_joint(lengths: list, correct: list, budget: int) -> dict:
 
 # --- building them by name (rewards/registry.py) and their flags ---
 
-def _think_length(args):
-    limit = getattr(args, "think_length_limit", DEFAULT_THINK_LIMIT)
-    if limit < 0:
-        raise KeyError(f"--think_length_limit must be >= 0, got {limit}")
-    return ThinkLengthReward(limit)
+def _think_length(settings):
+    if settings.think_length_limit < 0:
+        raise KeyError(f"--think_length_limit must be >= 0, got {settings.think_length_limit}")
+    return ThinkLengthReward(settings.think_length_limit)
 
 
-def _length_budget(args):
-    budget = getattr(args, "length_budget_tokens", None)
+def _length_budget(settings):
+    budget = settings.length_budget_tokens
     if budget is None:
         raise KeyError("--reward_funcs length_budget needs --length_budget_tokens N (the budget in tokens, DARA 4.2)")
     if budget < 1:
@@ -256,10 +255,10 @@ def _length_budget(args):
     return LengthBudgetReward(budget)
 
 
-# name -> builder(args); the flags are read with getattr so that a parser without this group gets the defaults
+# name -> builder(rewards.registry.BuiltInRewardSettings)
 TOOLCALL_REWARDS = {
-    "tool_format": lambda args: ToolFormatReward(),
-    "tool_correct": lambda args: ToolCorrectReward(getattr(args, "tool_correct_mode", "ast")),
+    "tool_format": lambda settings: ToolFormatReward(),
+    "tool_correct": lambda settings: ToolCorrectReward(settings.tool_correct_mode),
     "think_length": _think_length,
     "length_budget": _length_budget,
 }

@@ -15,6 +15,7 @@ from envs.base import resolve_env_defaults
 from envs.appworld.flags import add_appworld_flags
 from envs.toolcall import add_toolcall_env_flags
 from rewards.registry import CORRECTNESS
+from rewards.policy_rewards import add_policy_reward_flags
 from rewards.toolcall import add_toolcall_reward_flags
 from rl.engine.actor import add_engine_flags, validate_engine
 from rl.engine.lora import add_lora_flags, validate_lora
@@ -30,7 +31,7 @@ from rl.rollout.episode_end import add_episode_flags, check_env_supports, resolv
 from rl.rollout.samplers import add_sampling_flags, validate_sampling
 from rl.rollout.vllm.flags import add_vllm_flags, validate_rollout_backend
 from rl.run.start import add_run_flags, validate_run
-from rl.scoring import add_policy_reward_flags, add_reward_flags, validate_rewards
+from rl.scoring import add_reward_flags, validate_rewards
 from rl.update.length_shaping import add_length_shaping_flags, validate_length_shaping
 from rl.update.ppo import add_update_flags, validate_update
 from rl.update.rollout_correction import add_rollout_correction_flags
@@ -230,6 +231,8 @@ def validate(args) -> None:
     validate_episodes(args, method, CORRECTNESS, bad)
     validate_sampling(args, bad)
     method.validate(args, bad)
+    # whether a frozen reference is loaded: the KL term, or a method that reads it itself (Method.needs_reference)
+    args.uses_reference = args.beta != 0 or method.needs_reference(args)
     if args.max_steps < 1:
         bad(f"--max_steps must be >= 1, got {args.max_steps}")
     validate_update(args, bad)

@@ -16,13 +16,13 @@ from envs.base import SUCCESS_THRESHOLD
 from rewards.base import CONTROL_COMPLETION, RewardAccount, RewardCaller
 from rewards.pooled import PooledRewards
 from rewards.policy_rewards import POLICY_REWARDS, PolicyRewards, PolicyRewardSettings, normalise
-from rewards.registry import CORRECTNESS, build_reward_fn, reward_spec
+from rewards.registry import CORRECTNESS, BuiltInRewardSettings, add_builtin_reward_flags, build_reward_fn, reward_spec
 from rl.engine import dist
 from rl.engine.models import is_local_model_path
 from rl.advantages.stats import group_mean_std, last_present
 from rl.rollout.episode_end import env_kwargs
 from rl.errors import RewardFailure, TrainingAborted
-from rl.methods.base import parse_weights
+from rl.methods.base import resolve_weights
 
 
 # A reward's counters checked each step (rewards.base.RewardStats), and their metric names reward/<name>/<metric>
@@ -57,10 +57,12 @@ class ScoringSettings:
         """reward_names: the rewards to compute (default --reward_funcs; a method may name its own: MAESTRO's)."""
         names = tuple(args.reward_funcs if reward_names is None else reward_names)
         env_cls = env_class(args.env)
+        built_in = BuiltInRewardSettings.from_args(args)
         # a user function `pkg.module:fn` reports as `fn` (reward/fn/mean, ...)
-        specs = tuple(reward_spec(name, args) for name in names if name != CORRECTNESS and name not in POLICY_REWARDS)
+        specs = tuple(reward_spec(name, built_in) for name in names if name != CORRECTNESS and name not in POLICY_REWARDS)
         return cls(env=args.env, prompt_key=args.prompt_key, answer_key=args.answer_key, max_turns=args.max_turns,
-                   env_settings={**env_kwargs(args, env_cls), **env_cls.settings_from_args(args)},
+                   env_settings={**env_kwargs(getattr(args, "episode_end", "success"), env_cls),
+                                 **env_cls.settings_from_args(args)},
                    reward_names=names, reward_specs=specs, policy=PolicyRewardSettings.from_args(args),
                    reward_weights=tuple(args.reward_weights) if args.reward_weights else None,
                    reward_timeout=args.reward_timeout, reward_workers=args.reward_workers,
@@ -278,19 +280,6 @@ def turn_metrics(turn_scores: torch.Tensor) -> dict:
     return m
 
 
-# --- the open-domain rewards' flags (fmt, ppl, ent, len, pref; rewards/policy_rewards.py): any method can name
-# them in --reward_funcs, and MAESTRO mixes the same rewards ---
-
-def add_policy_reward_flags(p):
-    g = p.add_argument_group("open-domain rewards (--reward_funcs fmt, ppl, ent, len, pref; MAESTRO's rewards)")
-    g.add_argument("--len_min", type=int, default=16, help="len reward: 1 at or below this many response tokens")
-    g.add_argument("--len_max", type=int, default=64, help="len reward: falls linearly to 0 at this many tokens")
-    g.add_argument("--reward_model_name_or_path", default=None,
-                   help="sequence-classification reward model for the pref reward (MAESTRO skips pref with a warning "
-                        "when unset; --reward_funcs pref refuses to start). credo's reading: loaded whole on every "
-                        "rank, outside the actor's ZeRO-3 partitioning")
-
-
 def validate_open_domain_rewards(args, bad):
     """--reward_funcs naming fmt / ppl / ent / len / pref (any method) and --len_min / --len_max."""
     if not 0 <= args.len_min < args.len_max:
@@ -318,9 +307,7 @@ def add_reward_flags(p):
                         "components, or None to abstain, or TRL's f(prompts, completions, **kwargs) returning a list")
     g.add_argument("--reward_weights", default=None,
                    help="comma list, one weight per reward component (default 1 each); GRPO sums weighted components")
-    g.add_argument("--format_style", default="boxed", help="format reward: boxed, tags, or a regular expression")
-    g.add_argument("--length_limit", type=int, default=20,
-                   help="length reward: 1 when the reasoning part (before the final answer) has at most this many words")
+    add_builtin_reward_flags(g)  # --format_style, --length_limit (rewards/registry.py)
     g.add_argument("--code_workers", type=int, default=2,
                    help="env steps (verifier calls, sandboxed programs) run in parallel per rank")
     g.add_argument("--reward_timeout", type=float, default=10.0,
@@ -347,10 +334,11 @@ def validate_rewards(args, method, bad):
     args.reward_funcs = [name.strip() for name in args.reward_funcs.split(",") if name.strip()]
     if not args.reward_funcs:
         bad("--reward_funcs is empty")
+    built_in = BuiltInRewardSettings.from_args(args)
     for name in args.reward_funcs:
         if name != CORRECTNESS and name not in POLICY_REWARDS:
             try:
-                build_reward_fn(name, args)
+                build_reward_fn(name, built_in)
             except KeyError as exc:
                 bad(exc.args[0])
     if len(set(args.reward_funcs)) != len(args.reward_funcs):
@@ -362,7 +350,7 @@ def validate_rewards(args, method, bad):
         bad(f"--algo {args.algo} normalises each reward separately and needs at least "
             f"{ {2: 'two', 3: 'three'}.get(method.min_rewards, method.min_rewards)} rewards; "
             f"got --reward_funcs {','.join(args.reward_funcs)} (e.g. --reward_funcs correctness,length)")
-    parse_weights(args, "reward_weights", bad)
+    resolve_weights(args, "reward_weights", bad)
     validate_open_domain_rewards(args, bad)
     if args.code_workers < 1:
         bad(f"--code_workers must be >= 1, got {args.code_workers}")

@@ -24,12 +24,12 @@ from rl.log.metrics import MetricsLogger
 from rl.engine.models import load_tokenizer
 from rl.rollout.episodes import EpisodeSettings, run_episodes
 from rl.log.refinement_metrics import refinement_metrics
-from rl.rollout.samplers import make_sampler
+from rl.rollout.samplers import SamplerSettings, make_sampler
 from rl.errors import RewardFailure
 from rl.scoring import Scorer, ScoringSettings
 from rl.run.preflight import preflight
 from rl.run.saved_config import plain_flags
-from rl.run.start import OutputSettings, start_run
+from rl.run.start import OutputSettings, StartSettings, start_run
 from rl.run.launch_ranks import end_at_once, launched_rank, stop_announcement
 from rl.update.step_guard import StepGuard
 from rl.update.ppo import LossSettings, mini_batch_count, no_grad_logprobs, ppo_update, update_sampling_signals
@@ -66,15 +66,17 @@ class Trainer:
         # --enable_test_mode stops the loop early (DeepSpeed-Chat); the LR schedule still spans --max_steps.
         self.steps = min(args.test_stop_step, args.max_steps) if args.enable_test_mode else args.max_steps
         # Claims OUTPUT_DIR (a lock) and decides fresh / resume / already finished, once every flag is checked.
-        self.run = start_run(args, self.steps, parser_defaults())
-        self.output = OutputSettings.from_args(args)  # --output_dir as start_run resolved it, the save cadence
+        self.run = start_run(StartSettings.from_args(args), self.steps, parser_defaults())
+        args.output_dir, args.tensorboard_path = self.run.output_dir, self.run.tensorboard_path  # as resolved there
+        self.output = OutputSettings.from_args(args)  # where the run writes, the save cadence, the loggers
         if self.run.finished:
             return
         engine_settings = EngineSettings.from_args(args, mini_batch_count(
             args.per_device_generation_batch_size, self.world, args.num_generations, args.ppo_mini_batch_size))
         self.actor = build_actor(engine_settings, self.world, args.max_steps)
         self.reference = build_reference(engine_settings, self.world, self.actor)
-        self.sampler = make_sampler(args, self.actor, self.tokenizer)  # who generates (rl/rollout/samplers.py)
+        # who generates (rl/rollout/samplers.py): --rollout_backend, --decode_loop
+        self.sampler = make_sampler(SamplerSettings.from_args(args), self.actor, self.tokenizer)
         self.scorer.attach_policy(self.actor, self.tokenizer)  # --reward_funcs ppl / ent / fmt / len / pref
         # the --algo method (rl/methods/): its advantages, its work around them, and the state it carries
         self.method = build_method(args.algo, args, StepContext(

@@ -45,13 +45,13 @@ HYBRID_ENGINE_REFUSED = {
 }
 
 
-def context_budget(args) -> int:
+def context_budget(max_prompt_seq_len: int, max_turns: int, max_answer_seq_len: int) -> int:
     """Longest context a rollout can reach: prompt + every model turn + feedback headroom between turns.
 
     512 tokens of feedback per turn is our allowance, not a measured bound; raise --vllm_max_model_len if an env's
     feedback is longer.
     """
-    return args.max_prompt_seq_len + args.max_turns * args.max_answer_seq_len + (args.max_turns - 1) * 512
+    return max_prompt_seq_len + max_turns * max_answer_seq_len + (max_turns - 1) * 512
 
 
 def on_cuda() -> bool:
@@ -100,7 +100,7 @@ class EngineSettings:
     lora: LoraSettings
     hybrid_engine: bool            # --enable_hybrid_engine (falls back to gathered HF generate where unsupported)
     max_out_tokens: int            # the hybrid engine's: the longest rollout context (context_budget)
-    uses_reference: bool           # --beta != 0, or MAESTRO's --maestro_kl_in_reward
+    uses_reference: bool           # --beta != 0, or a method that reads the reference (rl/config.py records it)
 
     @classmethod
     def from_args(cls, args, mini_batches: int = 1) -> "EngineSettings":
@@ -115,8 +115,8 @@ class EngineSettings:
                    responses_per_rank=args.per_device_generation_batch_size * args.num_generations // mini_batches,
                    gradient_checkpointing=bool(getattr(args, "gradient_checkpointing", False)),
                    lora=LoraSettings.from_args(args), hybrid_engine=bool(args.enable_hybrid_engine),
-                   max_out_tokens=context_budget(args),
-                   uses_reference=args.beta != 0 or bool(getattr(args, "maestro_kl_in_reward", 0)))
+                   max_out_tokens=context_budget(args.max_prompt_seq_len, args.max_turns, args.max_answer_seq_len),
+                   uses_reference=bool(getattr(args, "uses_reference", args.beta != 0)))
 
 
 def hybrid_engine_config(settings: EngineSettings) -> dict:

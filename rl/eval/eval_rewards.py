@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 
 from rewards.policy_rewards import POLICY_REWARDS
-from rewards.registry import CORRECTNESS, build_reward_fn, reward_spec
+from rewards.registry import CORRECTNESS, BuiltInRewardSettings, build_reward_fn, reward_spec
 
 
 def add_eval_reward_flags(p):
@@ -44,22 +44,22 @@ def run_config_of(model_path: str):
     return None, None
 
 
-def reward_knobs(args, train_defaults: dict) -> argparse.Namespace:
-    """The flags the built-in rewards read: train.py's defaults, the training run's values over them (when the model
-    is a run's export), then eval.py's own (--length_budget_tokens)."""
+def resolve_reward_settings(args, train_defaults: dict) -> BuiltInRewardSettings:
+    """The built-in rewards' settings: train.py's defaults, the training run's values over them (when the model is a
+    run's export), then eval.py's own (--length_budget_tokens)."""
     run_flags = (run_config_of(args.model_name_or_path)[0] or {}).get("flags") or {}
     knobs = {**train_defaults, **run_flags}
     if getattr(args, "length_budget_tokens", None) is not None:
         knobs["length_budget_tokens"] = args.length_budget_tokens
-    return argparse.Namespace(**knobs)
+    return BuiltInRewardSettings.from_args(argparse.Namespace(**knobs))
 
 
 def validate_eval_rewards(args, bad, train_defaults) -> None:
     """--reward_funcs as a list (args.reward_names), each built once here as training does, with the settings
-    reward_knobs gives (args.reward_knobs); the in-process rewards that need the policy (ppl, ent, ...) are refused.
+    resolve_reward_settings gives (args.reward_settings); the in-process rewards that need the policy (ppl, ent, ...) are refused.
     train_defaults: a callable giving train.py's flag defaults (rl.config.parser_defaults), called only when needed."""
     args.reward_names = [n.strip() for n in (args.reward_funcs or "").split(",") if n.strip()]
-    args.reward_knobs = None
+    args.reward_settings = None
     if not args.reward_names:
         return
     policy = [n for n in args.reward_names if n in POLICY_REWARDS]
@@ -67,11 +67,11 @@ def validate_eval_rewards(args, bad, train_defaults) -> None:
         bad(f"--reward_funcs {','.join(policy)}: computed with the training policy in-process, not by eval.py")
     if not args.reward_timeout > 0 or args.reward_workers < 1:
         bad("--reward_timeout must be > 0 and --reward_workers >= 1")
-    knobs = args.reward_knobs = reward_knobs(args, train_defaults())
+    settings = args.reward_settings = resolve_reward_settings(args, train_defaults())
     for name in args.reward_names:
         if name != CORRECTNESS:
             try:
-                build_reward_fn(name, knobs)
+                build_reward_fn(name, settings)
             except KeyError as exc:
                 bad(exc.args[0])
 
@@ -80,13 +80,13 @@ def validate_eval_rewards(args, bad, train_defaults) -> None:
 class EvalRewardSettings:
     """What EvalRewards reads of eval.py's flags, resolved by validate_eval_rewards."""
     names: tuple                    # --reward_funcs, as a list
-    knobs: argparse.Namespace       # the reward settings each built-in reward is built with (reward_knobs)
+    built_in: BuiltInRewardSettings  # the settings each built-in reward is built with (resolve_reward_settings)
     workers: int                    # --reward_workers
     timeout_s: float                # --reward_timeout
 
     @classmethod
     def from_args(cls, args) -> "EvalRewardSettings":
-        return cls(names=tuple(args.reward_names), knobs=args.reward_knobs, workers=args.reward_workers,
+        return cls(names=tuple(args.reward_names), built_in=args.reward_settings, workers=args.reward_workers,
                    timeout_s=args.reward_timeout)
 
 
@@ -96,7 +96,7 @@ class EvalRewards:
     def __init__(self, settings: EvalRewardSettings, group_size: int):
         from rewards.pooled import PooledRewards
         self.names = list(settings.names)
-        specs = [reward_spec(n, settings.knobs) for n in self.names if n != CORRECTNESS]
+        specs = [reward_spec(n, settings.built_in) for n in self.names if n != CORRECTNESS]
         self.pooled = PooledRewards(specs, workers=settings.workers, timeout_s=settings.timeout_s,
                                     group_size=group_size)
 

@@ -91,7 +91,8 @@ class EvalSettings:
         """`args` holds env_cls (eval.py's validate sets it) and the env's flags; `n` overrides args.n."""
         return cls(env_cls=args.env_cls, n=args.n if n is None else n, batch_size=args.batch_size,
                    prompt_key=args.prompt_key, answer_key=args.answer_key, max_turns=args.max_turns,
-                   max_prompt_seq_len=args.max_prompt_seq_len, env_kwargs=env_kwargs(args, args.env_cls),
+                   max_prompt_seq_len=args.max_prompt_seq_len,
+                   env_kwargs=env_kwargs(getattr(args, "episode_end", "success"), args.env_cls),
                    env_settings=args.env_cls.settings_from_args(args),
                    code_workers=getattr(args, "code_workers", 1))
 

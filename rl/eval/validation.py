@@ -144,7 +144,7 @@ class PeriodicValidation:
             return cls(settings, total_steps)
         from envs import env_class
         from rl.eval.evaluation import EvalSettings
-        from rl.rollout.samplers import make_sampler
+        from rl.rollout.samplers import SamplerSettings, make_sampler
         as_eval_py = argparse.Namespace(**vars(args))
         as_eval_py.env_cls, as_eval_py.batch_size = env_class(args.env), EVAL_BATCH_SIZE
         evaluation = EvalSettings.from_args(as_eval_py, n=settings.n)
@@ -156,7 +156,7 @@ class PeriodicValidation:
         # would not fit beside the first
         as_eval_py.temperature, as_eval_py.top_p, as_eval_py.top_k = settings.temperature, 1.0, 0
         as_eval_py.rollout_backend = "hf"
-        sampler = make_sampler(as_eval_py, actor, tokenizer)
+        sampler = make_sampler(SamplerSettings.from_args(as_eval_py), actor, tokenizer)
         return cls(settings, total_steps, actor, tokenizer, sampler, evaluation, rows)
 
     def due(self, step: int) -> bool:

@@ -3,9 +3,9 @@
 import importlib
 import pkgutil
 
-from rl.methods.base import Method, StepContext, section
+from rl.methods.base import Method, StepContext, config_from_args
 
-__all__ = ["METHODS", "Method", "StepContext", "build_method", "method_class", "method_names", "section"]
+__all__ = ["METHODS", "Method", "StepContext", "build_method", "method_class", "method_names", "config_from_args"]
 
 
 def _discover() -> dict:
@@ -36,4 +36,5 @@ def method_class(name: str) -> type:
 
 
 def build_method(name: str, args, ctx: StepContext = None) -> Method:
-    return method_class(name)(args, ctx)
+    """The --algo method, its Config read from the parsed flags (Method.from_args)."""
+    return method_class(name).from_args(args, ctx)

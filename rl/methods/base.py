@@ -24,9 +24,11 @@ class StepContext:
     world: int = 1
 
 
-def section(config_cls, args):
-    """A method's typed flag section: the dataclass `config_cls` filled from the parsed flags of its field names."""
-    return config_cls(**{f.name: getattr(args, f.name) for f in fields(config_cls)})
+def config_from_args(config_cls, args, **derived):
+    """A method's typed flag section: the dataclass `config_cls` filled from the parsed flags of its field names; a
+    field given in `derived` (a value the method computes from several flags) is taken from there instead."""
+    return config_cls(**{f.name: derived[f.name] if f.name in derived else getattr(args, f.name)
+                         for f in fields(config_cls)})
 
 
 class Method:
@@ -56,11 +58,22 @@ class Method:
         """The rewards the scorer computes for this method (default --reward_funcs)."""
         return list(args.reward_funcs)
 
+    @classmethod
+    def needs_reference(cls, args) -> bool:
+        """Whether the method itself reads the frozen reference model, whatever --beta (MAESTRO's KL in the reward).
+        The parser records `args.uses_reference` from it, so the engine and the reference sync never name a method's
+        flag."""
+        return False
+
+    @classmethod
+    def from_args(cls, args, ctx: StepContext = None) -> "Method":
+        """The method with its Config filled from the parsed flags (the trainer's only hand-over of the flags)."""
+        return cls(config_from_args(cls.Config, args) if cls.Config is not None else None, ctx)
+
     # --- one step ---------------------------------------------------------------------------------------
-    def __init__(self, args, ctx: StepContext = None):
-        self.args = args
+    def __init__(self, config=None, ctx: StepContext = None):
+        self.config = config  # an instance of Config: every flag the method reads
         self.ctx = ctx
-        self.config = section(self.Config, args) if self.Config is not None else None
 
     def sampling_signals(self) -> frozenset:
         """What the sampling pass records for this method's hooks instead of a forward of their own
@@ -97,7 +110,7 @@ class Method:
         pass
 
 
-def parse_weights(args, flag: str, bad) -> None:
+def resolve_weights(args, flag: str, bad) -> None:
     """--flag "1,0.5" -> [1.0, 0.5] in place (None stays None), refused by name when it is not a number list or
     (when every reward is a built-in) its length differs from the number of reward components."""
     value = getattr(args, flag)

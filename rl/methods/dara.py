@@ -3,7 +3,7 @@ The maths and the diagnostics' energy view: rl/advantages/dara.py."""
 from dataclasses import dataclass
 
 from rl.advantages.dara import dara
-from rl.methods.base import Method, parse_weights, weights_tensor
+from rl.methods.base import Method, resolve_weights, weights_tensor
 
 
 @dataclass
@@ -33,7 +33,7 @@ class DARA(Method):
 
     @classmethod
     def check_flags(cls, args, bad):
-        parse_weights(args, "dara_static_weights", bad)
+        resolve_weights(args, "dara_static_weights", bad)
         if args.dara_w_max < 1:
             bad(f"--dara_w_max must be >= 1, got {args.dara_w_max}")
 

@@ -31,7 +31,7 @@ from rl.engine import dist
 from rl.advantages.grpo import grpo
 from rl.advantages.maestro import REWARD_SCALES, emphasis_weights, mixed_reward, scale_rewards
 from rl.methods.maestro_conductor import HIDDEN_NORMS, RECIPES, ConductorLearner
-from rl.methods.base import Method
+from rl.methods.base import Method, config_from_args
 
 logger = logging.getLogger(__name__)
 MAESTRO_REWARDS = ("fmt", "ppl", "ent", "len", "pref", "correctness")
@@ -88,6 +88,8 @@ class MaestroConfig:
     per_device_train_micro_batch_size: int  # the KL-in-reward forwards (response_kl)
     temperature: float
     kl_type: str
+    rewards: tuple = ()          # the rewards the Conductor mixes (Maestro.reward_names: --maestro_rewards, less pref
+                                 # without a reward model)
 
 
 class Maestro(Method):
@@ -195,14 +197,22 @@ class Maestro(Method):
             _PREF_SKIP_WARNED.append(True)
             logger.warning("MAESTRO: no --reward_model_name_or_path given; the `pref` reward is skipped")
 
+    @classmethod
+    def needs_reference(cls, args) -> bool:
+        return bool(args.maestro_kl_in_reward)  # the KL inside the mixed reward reads the reference
+
+    @classmethod
+    def from_args(cls, args, ctx=None) -> "Maestro":
+        return cls(config_from_args(cls.Config, args, rewards=tuple(cls.reward_names(args))), ctx)
+
     # --- one step ---------------------------------------------------------------------------------------------
-    def __init__(self, args, ctx=None):
-        super().__init__(args, ctx)
+    def __init__(self, config, ctx=None):
+        super().__init__(config, ctx)
         self.pending = None  # (global hidden, actions) of this step, for the Conductor's update after the advantages
         self.score_metrics, self.score_timings = {}, {}
         if ctx is None:  # the advantage maths alone (benchmarks/bench_advantages.py): no Conductor
             return
-        self.names = self.reward_names(args)
+        self.names = list(self.config.rewards)
         model = getattr(ctx.actor, "module", ctx.actor)
         c = self.config
         self.learner = ConductorLearner(hidden_size(model), len(self.names), lr=c.maestro_lr,

@@ -25,11 +25,11 @@ def check_env_supports(args, env_cls, bad) -> None:
             "drop the flag")
 
 
-def env_kwargs(args, env_cls) -> dict:
-    """What an env constructor gets for the episode end: only verify-and-refine envs take it (a user's Env with its
-    own constructor is not handed a keyword it never asked for)."""
+def env_kwargs(episode_end: str, env_cls) -> dict:
+    """What an env constructor gets for the episode end (the resolved --episode_end): only verify-and-refine envs
+    take it (a user's Env with its own constructor is not handed a keyword it never asked for)."""
     if getattr(env_cls, "supports_episode_end", False):
-        return {"episode_end": getattr(args, "episode_end", "success")}
+        return {"episode_end": episode_end}
     return {}
 
 

@@ -49,7 +49,7 @@ def run_episodes(sampler, tokenizer, envs: list, samples: list, group_ids: torch
     """Play N episodes (one env instance each) and lay them out for training.
 
     Args:
-        sampler: generates every turn (rl/rollout/samplers.py; `make_sampler(args, model, tokenizer)`).
+        sampler: generates every turn (rl/rollout/samplers.py; `make_sampler(SamplerSettings.from_args(args), model, tokenizer)`).
         settings: EpisodeSettings (any object with its fields: the tests pass parsed flags).
         envs: N fresh env instances; samples: N dataset rows; group_ids: Tensor[N] (same id = same prompt).
         step_fn: step_fn(env, text) -> StepResult, the guarded env.step (failures come back as done, score 0).

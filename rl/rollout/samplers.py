@@ -39,6 +39,28 @@ class SamplingSettings:
         return cls(args.max_answer_seq_len, args.temperature, args.top_k, args.top_p)
 
 
+@dataclass(frozen=True)
+class SamplerSettings:
+    """Which sampler generates and what it needs: --rollout_backend, --decode_loop, --dtype (the weights vLLM loads),
+    the sampling itself, and vLLM's own settings when it is the backend."""
+    sampling: SamplingSettings
+    backend: str = "hf"         # --rollout_backend: hf (the actor generates) or vllm
+    decode_loop: str = "credo"  # --decode_loop: credo (rl/rollout/decode.py) or hf_generate
+    dtype: str = "fp32"         # --dtype
+    vllm: object = None         # rl.rollout.vllm.backend.VLLMSettings, with --rollout_backend vllm only
+
+    @classmethod
+    def from_args(cls, args) -> "SamplerSettings":
+        """eval.py's parser has no --rollout_backend or --dtype choice of its own for every use: the defaults fill in."""
+        backend = getattr(args, "rollout_backend", "hf")
+        vllm = None
+        if backend == "vllm":
+            from rl.rollout.vllm.backend import VLLMSettings  # vLLM's module only when it is asked for
+            vllm = VLLMSettings.from_args(args)
+        return cls(SamplingSettings.from_args(args), backend, getattr(args, "decode_loop", "credo"),
+                   getattr(args, "dtype", "fp32"), vllm)
+
+
 def engine_lockstep(engine) -> bool:
     """True when every rank must make the same generate/forward calls: a DeepSpeed engine (ZeRO-3 gathers
     parameters collectively) on several ranks. A plain module (eval.py, even under the launcher) never waits."""
@@ -179,29 +201,28 @@ class VLLMSampler(Sampler):
         self.backend.wake()
 
 
-def sampler_class(args, engine) -> type:
+def sampler_class(settings: SamplerSettings, engine) -> type:
     """The sampler the flags and the built actor call for (--rollout_backend, --enable_hybrid_engine, --decode_loop).
 
     The hybrid engine is asked of the actor itself: build_actor falls back to a plain engine (with a warning) where
     DeepSpeed cannot serve the model, and the decode loop then applies.
     """
-    if getattr(args, "rollout_backend", "hf") == "vllm":
+    if settings.backend == "vllm":
         return VLLMSampler
     if hybrid_engine_active(engine):
         return HybridEngineSampler
-    return DecodeLoopSampler if getattr(args, "decode_loop", "credo") == "credo" else HFGenerateSampler
+    return DecodeLoopSampler if settings.decode_loop == "credo" else HFGenerateSampler
 
 
-def make_sampler(args, engine, tokenizer) -> Sampler:
+def make_sampler(settings: SamplerSettings, engine, tokenizer) -> Sampler:
     """The run's sampler for `engine` (a DeepSpeed actor, or a plain HF model in eval.py and tests)."""
-    settings = SamplingSettings.from_args(args)
-    cls = sampler_class(args, engine)
+    cls = sampler_class(settings, engine)
     if cls is VLLMSampler:
         from rl.engine.actor import resolve_dtype
-        from rl.rollout.vllm.backend import VLLMRollout, VLLMSettings
-        return VLLMSampler(VLLMRollout(VLLMSettings.from_args(args), engine, resolve_dtype(args.dtype)), engine,
-                           tokenizer, settings)
-    return cls(engine, tokenizer, settings)
+        from rl.rollout.vllm.backend import VLLMRollout
+        return VLLMSampler(VLLMRollout(settings.vllm, engine, resolve_dtype(settings.dtype)), engine, tokenizer,
+                           settings.sampling)
+    return cls(engine, tokenizer, settings.sampling)
 
 
 def add_sampling_flags(p):

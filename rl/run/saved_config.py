@@ -45,6 +45,8 @@ HARMLESS_FLAGS = frozenset({
     "eval_before_train", "eval_n", "eval_temperature", "save_best_metric",
     "report_to", "wandb_project", "wandb_run_name",
 })
+# values the parser derives from flags that are compared themselves (a config.json from before one existed lacks it)
+DERIVED_VALUES = frozenset({"uses_reference"})
 
 
 class RunMismatch(TrainingAborted):
@@ -68,7 +70,7 @@ def plain_flags(args) -> dict:
 
 
 def method_flags(flags: dict) -> dict:
-    return {k: v for k, v in flags.items() if k not in HARMLESS_FLAGS}
+    return {k: v for k, v in flags.items() if k not in HARMLESS_FLAGS and k not in DERIVED_VALUES}
 
 
 def flag_differences(saved: dict, current: dict, defaults: dict) -> list:
@@ -137,9 +139,10 @@ def machine_differences(saved: dict, current: dict) -> list:
             if saved.get(k) != current.get(k)]
 
 
-def resolved_config(args, world_size: int) -> dict:
-    return {"flags": plain_flags(args), "world_size": world_size, "versions": package_versions(),
-            "machine": machine_record(args.dtype), "git_commit": git_commit(), "argv": sys.argv[1:],
+def resolved_config(flags: dict, dtype: str, world_size: int) -> dict:
+    """config.json: every flag (plain_flags), the rank count, the versions, the machine (its record for --dtype)."""
+    return {"flags": flags, "world_size": world_size, "versions": package_versions(),
+            "machine": machine_record(dtype), "git_commit": git_commit(), "argv": sys.argv[1:],
             "written_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 
 

@@ -10,7 +10,7 @@ import shutil
 import socket
 import sys
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rl.engine import dist
 from rl.run.checkpoint import ResumePoint, checkpoint_root, resolve_resume
@@ -32,6 +32,7 @@ class RunStart:
     resume: ResumePoint = None  # None: start from the model's initial weights
     finished: bool = False      # the checkpoint to resume already reached the steps asked for
     flags: dict = None          # method-defining flags, recorded in every checkpoint's manifest
+    tensorboard_path: str = None  # --tensorboard_path as resolved (OUTPUT_DIR/tensorboard by default)
 
 
 class _OtherRankFailed(SystemExit):
@@ -63,61 +64,84 @@ class OutputSettings:
                    report_to=report_to, wandb=WandbSettings.from_args(args, plain_flags(args)) if "wandb" in report_to else None)
 
 
-def start_run(args, steps: int, defaults: dict) -> RunStart:
-    """Collective. Sets args.output_dir (and the TensorBoard default) when they were left to their defaults.
+@dataclass(frozen=True)
+class StartSettings:
+    """What start_run reads of the flags: where the run writes, how it resumes, and the record of every flag."""
+    flags: dict                 # every parsed flag as JSON values (plain_flags): config.json's record, compared on resume
+    output_dir: str             # --output_dir; None: a new output/<algo>_<env>_<UTC time>
+    tensorboard_path: str       # --tensorboard_path; None: OUTPUT_DIR/tensorboard
+    algo: str
+    env: str
+    resume: str                 # --resume: auto, force, none, or a checkpoint folder
+    heartbeat_timeout_s: float  # --heartbeat_timeout_s (0 = off)
+    dtype: str                  # --dtype, for the machine record
+
+    @classmethod
+    def from_args(cls, args) -> "StartSettings":
+        return cls(flags=plain_flags(args), output_dir=args.output_dir, tensorboard_path=args.tensorboard_path,
+                   algo=args.algo, env=args.env, resume=args.resume, heartbeat_timeout_s=args.heartbeat_timeout_s,
+                   dtype=args.dtype)
+
+
+def start_run(settings: StartSettings, steps: int, defaults: dict) -> RunStart:
+    """Collective. Resolves --output_dir and --tensorboard_path when they were left to their defaults (the returned
+    RunStart carries both; the trainer writes them back into its flags).
 
     steps: the steps this invocation trains to (--max_steps, or --test_stop_step under --enable_test_mode)."""
-    if args.output_dir is None:  # one timestamp for all ranks: each rank parses its own flags
-        args.output_dir = dist.all_gather_object(default_output_dir(args.algo, args.env))[0]
+    output_dir = settings.output_dir
+    if output_dir is None:  # one timestamp for all ranks: each rank parses its own flags
+        output_dir = dist.all_gather_object(default_output_dir(settings.algo, settings.env))[0]
         if dist.rank() == 0:
-            print(f"output dir: {args.output_dir} (a new one per run; pass it as --output_dir to resume)", flush=True)
-    if args.tensorboard_path is None:
-        args.tensorboard_path = os.path.join(args.output_dir, "tensorboard")
+            print(f"output dir: {output_dir} (a new one per run; pass it as --output_dir to resume)", flush=True)
+    tensorboard_path = settings.tensorboard_path or os.path.join(output_dir, "tensorboard")
+    settings = replace(settings, output_dir=output_dir, tensorboard_path=tensorboard_path,
+                       flags={**settings.flags, "output_dir": output_dir, "tensorboard_path": tensorboard_path})
     outcome = None
     if dist.rank() == 0:
         try:
-            outcome = _decide(args, steps, defaults, dist.world_size())
+            outcome = _decide(settings, steps, defaults, dist.world_size())
         except TrainingAborted as exc:
             outcome = exc
         except OSError as exc:  # e.g. a full disk when writing config.json: the other ranks must not wait forever
-            outcome = TrainingAborted(f"--output_dir {args.output_dir}: {exc}")
+            outcome = TrainingAborted(f"--output_dir {output_dir}: {exc}")
         if isinstance(outcome, RunStart) and _scope:  # train.py's rank 0: its console also goes to training.log
-            start_training_log(args.output_dir)
+            start_training_log(output_dir)
     outcome = dist.all_gather_object(outcome)[0]
     if isinstance(outcome, BaseException):
         if dist.rank() == 0:
             raise outcome
         raise _OtherRankFailed(1)
-    check_output_dir_shared(args.output_dir)  # a node-local folder: refused now, not at the first save
+    check_output_dir_shared(output_dir)  # a node-local folder: refused now, not at the first save
     if not outcome.finished:  # from here a lost rank ends the run within --heartbeat_timeout_s (rl/run/heartbeat.py)
-        start_heartbeat(args.output_dir, args.heartbeat_timeout_s)
+        start_heartbeat(output_dir, settings.heartbeat_timeout_s)
     return outcome
 
 
-def _decide(args, steps: int, defaults: dict, world_size: int) -> RunStart:
-    created = not os.path.exists(args.output_dir)
-    acquire_output_lock(args.output_dir)
-    point = resolve_resume(args.resume, args.output_dir)
-    current = plain_flags(args)
-    saved_config = read_run_config(args.output_dir)
+def _decide(settings: StartSettings, steps: int, defaults: dict, world_size: int) -> RunStart:
+    output_dir, resume = settings.output_dir, settings.resume
+    created = not os.path.exists(output_dir)
+    acquire_output_lock(output_dir)
+    point = resolve_resume(resume, output_dir)
+    current = settings.flags
+    saved_config = read_run_config(output_dir)
     saved, where = None, None
     if point is not None and point.flags:
         saved, where = point.flags, point.path
-    elif saved_config is not None and args.resume in ("auto", "force"):
-        trained = trained_step_evidence(args.output_dir)
+    elif saved_config is not None and resume in ("auto", "force"):
+        trained = trained_step_evidence(output_dir)
         if trained is None:  # a run that stopped before its first step: no experiment to protect
-            print(f"reusing {args.output_dir}: the run recorded in its config.json (written "
+            print(f"reusing {output_dir}: the run recorded in its config.json (written "
                   f"{saved_config.get('written_utc', 'at an unknown time')}) stopped before its first step, so this "
                   f"run starts afresh there with its own flags", flush=True)
         else:
-            saved, where = saved_config["flags"], os.path.join(args.output_dir, "config.json") + f" ({trained})"
+            saved, where = saved_config["flags"], os.path.join(output_dir, "config.json") + f" ({trained})"
     # A run saved at another rank count: its prompts per rank are compared as prompts per step (rl/run/reshard.py)
     saved_world = saved_world_size(point.path, point.manifest) if point else (saved_config or {}).get("world_size")
     differences = []
     if saved is not None:
         saved, prompts = prompts_per_step(saved, saved_world, current, world_size)
         differences = flag_differences(saved, current, defaults) + ([prompts] if prompts else [])
-    if differences and args.resume == "auto":
+    if differences and resume == "auto":
         raise RunMismatch(
             f"--resume auto: {where} belongs to another experiment; its method-defining flags differ: "
             f"{'; '.join(differences)}. Give this run its own --output_dir (by default every run gets a new "
@@ -125,23 +149,24 @@ def _decide(args, steps: int, defaults: dict, world_size: int) -> RunStart:
     if differences:
         # DeepSpeed restores the optimizer's param groups as saved, so their lr and weight decay win over the flags.
         logger.warning("--resume %s: continuing %s with other method-defining flags: %s (the optimizer state is "
-                       "restored as saved: its learning rate and weight decay stay the checkpoint's)", args.resume,
+                       "restored as saved: its learning rate and weight decay stay the checkpoint's)", resume,
                        where, "; ".join(differences))
     finished = point is not None and point.step >= steps
     if not finished:
         if point is not None:
             point.verify()  # every file against the manifest, before a model is even loaded
-        elif os.path.isdir(checkpoint_root(args.output_dir)) and args.resume == "none":
-            logger.warning("--resume none: starting afresh in %s; its checkpoints will be replaced", args.output_dir)
-        config = resolved_config(args, world_size)
+        elif os.path.isdir(checkpoint_root(output_dir)) and resume == "none":
+            logger.warning("--resume none: starting afresh in %s; its checkpoints will be replaced", output_dir)
+        config = resolved_config(current, settings.dtype, world_size)
         moved = machine_differences((saved_config or {}).get("machine"), config["machine"]) if point else []
         if moved:
             logger.warning("resuming %s on another machine than its last run (%s): the steps from here are trained "
                            "as they should be, but not bit for bit as that machine would have trained them "
                            "(docs/reproducibility.md)", point.path, "; ".join(moved))
-        write_run_config(args.output_dir, config)
-        _claimed.update(output_dir=args.output_dir, created=created)
-    return RunStart(output_dir=args.output_dir, resume=point, finished=finished, flags=method_flags(current))
+        write_run_config(output_dir, config)
+        _claimed.update(output_dir=output_dir, created=created)
+    return RunStart(output_dir=output_dir, resume=point, finished=finished, flags=method_flags(current),
+                    tensorboard_path=settings.tensorboard_path)
 
 
 # --- a failed start leaves nothing behind ---

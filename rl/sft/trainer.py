@@ -29,10 +29,10 @@ from rl.rollout.tokens import eos_ids
 from rl.run.checkpoint import checkpoint_root, export_hf, load_checkpoint, save_checkpoint
 from rl.run.preflight import preflight
 from rl.run.saved_config import plain_flags
-from rl.run.start import OutputSettings, start_run
+from rl.run.start import OutputSettings, StartSettings, start_run
 from rl.sft.config import parser_defaults
 from rl.sft.data import SFTDataSettings, make_examples, source_rows
-from rl.sft.evaluation import HeldOutEval
+from rl.sft.evaluation import HeldOutEval, HeldOutSettings
 from rl.sft.loss import collate, token_nll_sum, trained_targets
 from rl.update.step_guard import StepGuard
 
@@ -71,7 +71,8 @@ class SFTTrainer:
             print(f"sft: {self.data_stats} -> {self.steps} steps of {self.global_batch} "
                   f"{'packed rows' if args.packing else 'examples'}", flush=True)
 
-        self.run = start_run(args, self.steps, parser_defaults())
+        self.run = start_run(StartSettings.from_args(args), self.steps, parser_defaults())
+        args.output_dir, args.tensorboard_path = self.run.output_dir, self.run.tensorboard_path  # as resolved there
         self.output = OutputSettings.from_args(args)
         if self.run.finished:
             return
@@ -85,8 +86,8 @@ class SFTTrainer:
             uses_reference=False)
         self.actor = build_actor(engine, self.world, self.steps)
         self.guard = StepGuard(args.max_bad_steps, args.actor_zero_stage, checkpoint_root(self.output.output_dir))
-        self.evaluation = HeldOutEval.build(args, self.env, self.data_settings, self.actor, self.tokenizer,
-                                            self.eos_ids)
+        self.evaluation = HeldOutEval.build(HeldOutSettings.from_args(args), self.env, self.data_settings, self.actor,
+                                            self.tokenizer, self.eos_ids)
         self.step, self.stop_signal = 0, None
         if self.run.resume is not None:
             state = load_checkpoint(self.actor, self.run.resume.root, self.run.resume.tag)

@@ -135,7 +135,7 @@ def validate_ref_sync(args, bad) -> None:
         bad(f"--ref_model_sync_steps must be >= 1, got {args.ref_model_sync_steps}")
     if not args.sync_ref_model:
         return
-    if args.beta == 0 and not getattr(args, "maestro_kl_in_reward", 0):
+    if not getattr(args, "uses_reference", args.beta != 0):  # no KL term and no method reading the reference
         bad("--sync_ref_model moves the reference toward the policy, but --beta 0 loads no reference (nothing reads "
             "it): set --beta > 0, or drop --sync_ref_model")
     if getattr(args, "lora_r", 0):

@@ -99,7 +99,7 @@ def test_batch_advantage_follows_the_scores_the_hook_mixed_not_equal_weights():
                          components={"a": rewards[:, 0], "b": rewards[:, 1]})
     flags = default_args(maestro_weights="random", maestro_emphasis=0.5, maestro_kl_in_reward=0.0,
                             maestro_reward_scale="batch_rank", maestro_meta_reward="advantage", scale_rewards="group")
-    adv, _ = Maestro(flags).advantages(inputs)
+    adv, _ = Maestro.from_args(flags).advantages(inputs)
     torch.testing.assert_close(adv, grpo(scores, gids))
     assert adv[0] > 0 and adv[3] > 0  # the equal mix would give every response the same reward: all zeros
 
@@ -123,7 +123,7 @@ def test_scalarize_mixes_the_batch_ranked_rewards_and_logs_each_rewards_level_pe
                             reward_model_name_or_path=None, maestro_lr=0.0, maestro_entropy_coef=0.0,
                             maestro_update_interval=1, maestro_tau_init=1.0, maestro_hidden_norm="none", seed=0)
     ctx = SimpleNamespace(actor=SimpleNamespace(config=SimpleNamespace(hidden_size=3)), rank=0)
-    method = Maestro(flags, ctx)
+    method = Maestro.from_args(flags, ctx)
     scores = method.scalarize(batch, components)
     ranked = batch_rank(torch.stack([components["fmt"], components["len"]], 1))
     torch.testing.assert_close(scores, ranked.mean(1))
@@ -131,7 +131,7 @@ def test_scalarize_mixes_the_batch_ranked_rewards_and_logs_each_rewards_level_pe
     assert metrics["maestro/level/x/len"] == pytest.approx(ranked[:2, 1].mean().item())
     assert metrics["maestro/level/y/fmt"] == pytest.approx(ranked[2:, 0].mean().item())
     flags.maestro_reward_scale = "none"
-    torch.testing.assert_close(Maestro(flags, ctx).scalarize(batch, components), torch.tensor([1.5, 2.0, 2.0, 3.0]))
+    torch.testing.assert_close(Maestro.from_args(flags, ctx).scalarize(batch, components), torch.tensor([1.5, 2.0, 2.0, 3.0]))
 
 
 def test_the_conductor_learns_from_the_advantage_or_with_centred_from_the_group_centred_mixed_reward():
@@ -151,7 +151,7 @@ def test_the_conductor_learns_from_the_advantage_or_with_centred_from_the_group_
                                 maestro_rewards=["fmt", "len"], reward_model_name_or_path=None, maestro_lr=0.0,
                                 maestro_entropy_coef=0.0, maestro_update_interval=2, maestro_tau_init=1.0,
                                 maestro_hidden_norm="none", seed=0)
-        method = Maestro(flags, SimpleNamespace(actor=SimpleNamespace(config=SimpleNamespace(hidden_size=3)), rank=0))
+        method = Maestro.from_args(flags, SimpleNamespace(actor=SimpleNamespace(config=SimpleNamespace(hidden_size=3)), rank=0))
         adv, _ = method.advantages(inputs)
         torch.testing.assert_close(adv, grpo(scores, gids))                     # the policy's advantage
         method.pending = (torch.zeros(6, 3), torch.zeros(6, dtype=torch.long))

@@ -9,8 +9,9 @@ What may read the Namespace (the boundary):
   points at the top level, which are not counted here);
 - parse-time functions, run by the parser before any run exists: `add_*` (declare flags), `validate*`, `check_*`,
   `resolve_*` (refuse or fill a flag in place);
-- the builders of typed settings: `from_args`, and a method's class-level `reward_names` (the rewards the flags ask for);
-- the run's record of every flag: rl/run/saved_config.py's `plain_flags` and `resolved_config` (config.json);
+- the builders of typed settings: `from_args` (and `config_from_args`), and a method's class-level flag queries
+  `reward_names` (the rewards the flags ask for) and `needs_reference`;
+- the run's record of every flag: rl/run/saved_config.py's `plain_flags` (config.json);
 - `main` of a module that is its own command (`python -m rl.sft.warm_start_data`).
 Anything else that reads `args.x`, `getattr(args, ...)` or `vars(args)`, where `args` is a parameter of the function,
 is a raw read and is counted.
@@ -23,20 +24,8 @@ from tests.config.test_layering import python_files
 from tests.helpers import REPO_ROOT
 
 TRAINERS_AND_PARSERS = {"rl/trainer.py", "rl/config.py", "rl/sft/trainer.py", "rl/sft/config.py"}
-BOUNDARY = re.compile(r"^(add_\w+|validate\w*|check_\w+|resolve_\w+|from_args|reward_names|plain_flags|"
-                      r"resolved_config|main)$")
-# Raw reads still to convert (issue #63 item 2), per file: the count may only go down. Empty when the work is done.
-REMAINING = {
-    "rl/engine/actor.py": 4,
-    "rl/eval/eval_rewards.py": 3,
-    "rl/methods/base.py": 6,
-    "rl/rollout/episode_end.py": 1,
-    "rl/rollout/samplers.py": 3,
-    "rl/run/start.py": 30,
-    "rl/sft/evaluation.py": 15,
-    "rewards/registry.py": 4,
-    "rewards/toolcall.py": 3,
-}
+BOUNDARY = re.compile(r"^(add_\w+|validate\w*|check_\w+|resolve_\w+|\w*from_args|reward_names|needs_reference|"
+                      r"plain_flags|main)$")
 
 
 def raw_namespace_reads(path: str) -> list:
@@ -78,20 +67,10 @@ def reads_below_the_trainer() -> dict:
     return out
 
 
-def test_no_new_raw_namespace_read_below_the_trainer():
-    found = reads_below_the_trainer()
-    grown = {path: [f"{line}: {what}" for line, what in reads] for path, reads in found.items()
-             if len(reads) > REMAINING.get(path, 0)}
-    assert not grown, ("these modules below the trainer read the parsed flags at run time; give them a settings "
-                       f"dataclass built by its from_args (tests/config/test_typed_settings.py): {grown}")
-
-
-def test_the_remaining_list_shrinks_with_the_work():
-    """A file that needs fewer reads than REMAINING allows must lower its entry, so the list says where things stand."""
-    found = reads_below_the_trainer()
-    stale = {path: (allowed, len(found.get(path, []))) for path, allowed in REMAINING.items()
-             if len(found.get(path, [])) < allowed}
-    assert not stale, f"lower these REMAINING entries to the counts found (allowed, found): {stale}"
+def test_no_raw_namespace_read_below_the_trainer():
+    found = {path: [f"{line}: {what}" for line, what in reads] for path, reads in reads_below_the_trainer().items()}
+    assert not found, ("these modules below the trainer read the parsed flags at run time; give them a settings "
+                       f"dataclass built by its from_args (tests/config/test_typed_settings.py): {found}")
 
 
 def test_the_count_sees_a_raw_read_and_spares_the_boundary(tmp_path):
@@ -101,3 +80,37 @@ def test_the_count_sees_a_raw_read_and_spares_the_boundary(tmp_path):
                       "def other(items):\n    return [args.x for args in items]\n\n"
                       "class Step:\n    def go(self):\n        return self.args.beta\n")
     assert raw_namespace_reads(str(source)) == [(2, "args.temperature"), (2, "getattr(args)"), (12, "self.args.beta")]
+
+
+def method_flag_names() -> set:
+    """Every flag a method declares itself (its add_flags group), as the Namespace names it."""
+    import argparse
+
+    from rl.methods import METHODS
+    names = set()
+    for cls in METHODS.values():
+        parser = argparse.ArgumentParser()
+        cls.add_flags(parser)
+        names |= {action.dest for action in parser._actions if action.dest != "help"}
+    return names
+
+
+def test_no_module_outside_the_methods_names_a_method_s_flag():
+    """The engine, the reference sync and the scorer ask the method (Method.needs_reference, reward_names), so a
+    method's flags can change without a change outside rl/methods/."""
+    flags = method_flag_names()
+    assert "maestro_kl_in_reward" in flags and "tcpo_cf_samples" in flags  # the check sees the methods' own groups
+    found = []
+    for package in ("rl", "rewards"):
+        for path in python_files(package):
+            rel = os.path.relpath(path, REPO_ROOT)
+            if rel.startswith("rl/methods/"):
+                continue
+            with open(path) as f:
+                tree = ast.parse(f.read(), filename=path)
+            for node in ast.walk(tree):
+                named = (node.attr if isinstance(node, ast.Attribute) else
+                         node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None)
+                if named in flags:
+                    found.append(f"{rel}:{node.lineno}: {named}")
+    assert not found, f"a method's flag read outside rl/methods/ (add a Method hook instead): {found}"

@@ -28,7 +28,7 @@ def test_readme_env_plays_multi_turn_episodes_and_its_parts_reach_the_metrics(re
     from rl.log.env_metrics import env_metrics
     from rl.rollout.episodes import run_episodes
     from rl.engine.models import load_tokenizer
-    from rl.rollout.samplers import make_sampler
+    from rl.rollout.samplers import SamplerSettings, make_sampler
     from rl.scoring import Scorer, ScoringSettings
     args = default_args(env="my_envs:ReverseEnv", answer_key="answer", prompt_key="problem", code_workers=2,
                               reward_funcs=["correctness"], max_turns=2, traj_score="final", reward_weights=None,
@@ -38,7 +38,7 @@ def test_readme_env_plays_multi_turn_episodes_and_its_parts_reach_the_metrics(re
     envs = [scorer.new_env() for _ in samples]
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     tok = load_tokenizer(tiny_model_dir)
-    batch = run_episodes(make_sampler(args, model, tok), tok, envs, samples, torch.arange(4), scorer.safe_step, args,
+    batch = run_episodes(make_sampler(SamplerSettings.from_args(args), model, tok), tok, envs, samples, torch.arange(4), scorer.safe_step, args,
                          {})
     assert scorer.verifier.stats.failures == 0
     assert all(len(c) == 4 for c in batch.conversations)  # a random model is wrong: feedback and a second turn

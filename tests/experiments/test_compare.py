@@ -264,3 +264,10 @@ def test_runs_the_archive_holds_count_as_finished_so_a_fresh_clone_runs_only_the
     (kept / "run.json").write_text(json.dumps({"train_argv": [], "eval_argv": None}))
     assert {name: state for name, (state, _) in plan().items()} == {"a seed 1": "cached", "b seed 1": "to run"}
     assert not cache.exists()
+
+
+def test_a_value_the_parser_derives_never_splits_the_cache():
+    """A derived value (rl/run/saved_config.py's DERIVED_VALUES) is already fixed by the flags it comes from; hashing
+    it would give every run cached before it existed a new key, and a sweep would train them all again."""
+    from rl.run.saved_config import DERIVED_VALUES
+    assert DERIVED_VALUES <= set(compare.UNHASHED)

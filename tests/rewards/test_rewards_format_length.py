@@ -2,7 +2,7 @@ import pytest
 
 from rewards.format import FormatReward
 from rewards.length import LengthReward, reasoning_part
-from rewards.registry import build_reward_fn
+from rewards.registry import BuiltInRewardSettings, build_reward_fn
 
 
 def test_format_reward_styles():
@@ -25,9 +25,8 @@ def test_length_reward_counts_words_before_the_final_answer():
 
 
 def test_reward_registry_builds_by_name_and_dotted_path():
-    class Args:
-        format_style, length_limit = "boxed", 5
-    assert isinstance(build_reward_fn("length", Args), LengthReward)
+    Args = BuiltInRewardSettings(length_limit=5)
+    assert isinstance(build_reward_fn("length", Args), LengthReward) and build_reward_fn("length", Args).limit == 5
     fn = build_reward_fn("tests.fixture_envs:half_reward", Args)
     assert fn(None, "x", {}) == {"half": 0.5, "judge": None}
     with pytest.raises(KeyError, match="unknown reward 'lenght'"):

@@ -10,7 +10,7 @@ import pytest
 from rewards.bfcl import BFCL_VERSION, checker_route, match_score, toolrl_partial_credit
 from rewards.conventions import TRL
 from rewards.pooled import PooledRewards
-from rewards.registry import build_reward_fn, reward_spec
+from rewards.registry import BuiltInRewardSettings, build_reward_fn, reward_spec
 from rewards.toolcall import (LengthBudgetReward, ThinkLengthReward, ToolCallVerifier, ToolCorrectReward,
                               ToolFormatReward, add_toolcall_reward_flags, exceed_and_joint, parse_response)
 from tests.helpers import REPO_ROOT
@@ -169,7 +169,7 @@ def test_exceed_and_joint_over_responses():
 def parsed_flags(*argv):
     parser = argparse.ArgumentParser()
     add_toolcall_reward_flags(parser)
-    return parser.parse_args(list(argv))
+    return BuiltInRewardSettings.from_args(parser.parse_args(list(argv)))
 
 
 def test_the_four_rewards_build_by_name_with_their_flags():

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from rl.rollout.episodes import run_episodes
-from rl.rollout.samplers import make_sampler
+from rl.rollout.samplers import SamplerSettings, make_sampler
 from rl.rollout.tokens import TemplateMismatch, next_turn_tokens
 from rl.update.batching import batched_response_logprobs
 from tests.fixture_envs import DigitFractionEnv
@@ -177,7 +177,7 @@ def test_a_sampled_episode_trains_on_exactly_what_the_model_drew_and_saw(name):
     family = FAMILIES[name]
     tok = build_tokenizer(family)
     model = build_policy(tok, family)
-    sampler = Recording(make_sampler(sampling_args(), model, tok))
+    sampler = Recording(make_sampler(SamplerSettings.from_args(sampling_args()), model, tok))
     batch = play(tok, sampler, rows=4, signals={"logp"})
     check_token_in_token_out(tok, family, batch, sampler.calls)
     # the log-probs the sampler drew with = the trainer's forward over the laid-out batch: the same context, token

@@ -62,14 +62,14 @@ def test_both_decode_loops_give_the_same_greedy_turns_through_their_samplers():
     """--decode_loop credo and hf_generate: the same responses (through the first EOS) from rl.rollout.samplers' samplers."""
     from types import SimpleNamespace
 
-    from rl.rollout.samplers import make_sampler
+    from rl.rollout.samplers import SamplerSettings, make_sampler
     model = _lively_llama()
     tokenizer = SimpleNamespace(pad_token_id=0, eos_token_id=7)  # what a sampler reads of a tokenizer
     contexts = [[5, 6, 7, 8], [9, 10], [11, 12, 13], [14]]
     out = {}
     for loop in ("credo", "hf_generate"):
         args = SimpleNamespace(decode_loop=loop, max_answer_seq_len=10, temperature=0.0, top_k=0, top_p=1.0)
-        out[loop] = make_sampler(args, model, tokenizer).generate(contexts, timings={})[0]
+        out[loop] = make_sampler(SamplerSettings.from_args(args), model, tokenizer).generate(contexts, timings={})[0]
     assert out["credo"] == out["hf_generate"]
     assert all(len(r) <= 10 for r in out["credo"])
 

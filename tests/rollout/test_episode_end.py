@@ -31,7 +31,7 @@ def test_max_turns_is_refused_for_an_env_with_its_own_end(tiny_model_dir, capsys
     assert "--episode_end max_turns" in str(exc.value) and "appworld" in str(exc.value)
     # auto leaves AppWorld its own end (complete_task) and hands it no episode_end
     args = _args(tiny_model_dir, "--algo", "tcpo", "--env", "appworld", "--max_turns", "3")
-    assert env_kwargs(args, env_class("appworld")) == {}
+    assert env_kwargs(args.episode_end, env_class("appworld")) == {}
 
 
 def test_the_trainer_s_envs_play_to_the_resolved_end(tiny_model_dir):

@@ -7,7 +7,7 @@ import torch
 
 from rl.rollout.episodes import run_episodes
 from rl.engine.models import load_tokenizer
-from rl.rollout.samplers import make_sampler
+from rl.rollout.samplers import SamplerSettings, make_sampler
 from tests.fixture_envs import DigitFractionEnv
 from tests.helpers import default_args
 
@@ -27,7 +27,7 @@ def played(tiny_model_dir):
     samples = [r for r in rows for _ in range(2)]
     verifier = DigitFractionEnv.make_verifier()
     envs = [DigitFractionEnv(verifier=verifier, max_turns=3) for _ in samples]
-    batch = run_episodes(make_sampler(episode_args(3), model, tok), tok, envs, samples,
+    batch = run_episodes(make_sampler(SamplerSettings.from_args(episode_args(3)), model, tok), tok, envs, samples,
                          torch.arange(3).repeat_interleave(2), lambda env, text: env.step(text), episode_args(3), {})
     return tok, batch
 
@@ -80,7 +80,7 @@ def test_a_solved_episode_stops_and_a_failed_step_ends_it(tiny_model_dir):
 
     def step(env, text):
         return env.step(text) if env is envs[0] else StepResult(observation=[], score=0.0, done=True)
-    batch = run_episodes(make_sampler(episode_args(3), model, tok), tok, envs, samples, torch.tensor([0, 1]), step,
+    batch = run_episodes(make_sampler(SamplerSettings.from_args(episode_args(3)), model, tok), tok, envs, samples, torch.tensor([0, 1]), step,
                          episode_args(3), {})
     assert batch.turn_scores[0].tolist()[0] == 1.0 and math.isnan(batch.turn_scores[0, 1].item())
     assert batch.turn_scores[1, 0].item() == 0.0 and math.isnan(batch.turn_scores[1, 1].item())
@@ -102,7 +102,7 @@ def _play_one_turn(model_dir, env_name, guarded: bool):
     samples = env_class(env_name).dataset("train", 2, seed=0)
     envs = [scorer.new_env() for _ in samples]
     step_fn = scorer.safe_step if guarded else (lambda env, text: env.step(text))
-    return run_episodes(make_sampler(episode_args(1), model, tok), tok, envs, samples, torch.arange(2), step_fn,
+    return run_episodes(make_sampler(SamplerSettings.from_args(episode_args(1)), model, tok), tok, envs, samples, torch.arange(2), step_fn,
                         episode_args(1), {})
 
 

@@ -212,7 +212,7 @@ def test_hf_episodes_have_no_sampler_logprobs(tiny_model_dir):
 
     from rl.rollout.episodes import run_episodes
     from rl.engine.models import load_tokenizer
-    from rl.rollout.samplers import make_sampler
+    from rl.rollout.samplers import SamplerSettings, make_sampler
     from tests.fixture_envs import DigitFractionEnv
 
     tok = load_tokenizer(tiny_model_dir)
@@ -221,7 +221,7 @@ def test_hf_episodes_have_no_sampler_logprobs(tiny_model_dir):
     envs = [DigitFractionEnv(verifier=DigitFractionEnv.make_verifier(), max_turns=1)]
     args = argparse.Namespace(max_turns=1, max_prompt_seq_len=128, max_answer_seq_len=4, temperature=1.0, top_p=1.0,
                               top_k=0)
-    batch = run_episodes(make_sampler(args, model, tok), tok, envs, rows, torch.arange(1),
+    batch = run_episodes(make_sampler(SamplerSettings.from_args(args), model, tok), tok, envs, rows, torch.arange(1),
                          lambda env, text: env.step(text), args, {})
     assert batch.rollout_logp is None
 
@@ -293,7 +293,7 @@ def test_preserved_trainer_state_undoes_a_global_reseed_and_vllms_thread_lock(mo
 def test_the_factory_builds_a_vllm_sampler_that_attaches_nothing_to_the_engine(monkeypatch):
     """--rollout_backend vllm: the Trainer holds the sampler; the engine is left as DeepSpeed made it, and the
     sampler's sleep / wake / generate drive the colocated engine's protocol."""
-    from rl.rollout.samplers import VLLMSampler, make_sampler
+    from rl.rollout.samplers import SamplerSettings, VLLMSampler, make_sampler
     monkeypatch.setattr(VLLMRollout, "_build", lambda self, dtype: FakeLLM())
     args = argparse.Namespace(rollout_backend="vllm", dtype="fp32", vllm_sleep_level=2, vllm_tensor_parallel_size=1,
                               vllm_max_model_len=0, temperature=1.0, top_p=1.0, top_k=0, max_answer_seq_len=8,
@@ -301,7 +301,7 @@ def test_the_factory_builds_a_vllm_sampler_that_attaches_nothing_to_the_engine(m
                               vllm_gpu_memory_utilization=0.3, dist_timeout_minutes=5, vllm_cpu_weights="packed")
     engine = SimpleNamespace(module=tiny_llama(tie=True), global_steps=0, device=torch.device("cpu"))
     before = dict(vars(engine))
-    sampler = make_sampler(args, engine, SimpleNamespace(pad_token_id=0, eos_token_id=2))
+    sampler = make_sampler(SamplerSettings.from_args(args), engine, SimpleNamespace(pad_token_id=0, eos_token_id=2))
     assert isinstance(sampler, VLLMSampler) and vars(engine) == before
     sampler.backend.sampling_params = lambda eos, max_tokens: max_tokens
     sampler.wake()

@@ -8,8 +8,8 @@ import torch
 from deepspeed.runtime.hybrid_engine import DeepSpeedHybridEngine
 
 from rl.engine.actor import hybrid_engine_active
-from rl.rollout.samplers import (DecodeLoopSampler, HFGenerateSampler, HybridEngineSampler, SamplingSettings, VLLMSampler,
-                         make_sampler, sampler_class)
+from rl.rollout.samplers import (DecodeLoopSampler, HFGenerateSampler, HybridEngineSampler, SamplerSettings,
+                                 SamplingSettings, VLLMSampler, make_sampler, sampler_class)
 
 
 def flags(**overrides):
@@ -39,19 +39,22 @@ TOKENIZER = SimpleNamespace(pad_token_id=0, eos_token_id=63)  # what a sampler r
     ({"enable_hybrid_engine": True}, DecodeLoopSampler),
 ])
 def test_the_flags_pick_the_sampler(overrides, expected):
-    assert sampler_class(flags(**overrides), tiny_llama()) is expected
+    args = flags(**overrides)
+    settings = SamplerSettings(SamplingSettings.from_args(args), backend=args.rollout_backend,
+                               decode_loop=args.decode_loop)  # vLLM's own settings are not needed to pick it
+    assert sampler_class(settings, tiny_llama()) is expected
 
 
 def test_deepspeeds_hybrid_engine_generates_through_hf_generate_whatever_the_decode_loop():
     engine = object.__new__(DeepSpeedHybridEngine)  # the class is what counts (its kernels are CUDA-only)
     assert hybrid_engine_active(engine)
-    assert sampler_class(flags(decode_loop="credo", enable_hybrid_engine=True), engine) is HybridEngineSampler
+    assert sampler_class(SamplerSettings.from_args(flags(decode_loop="credo", enable_hybrid_engine=True)), engine) is HybridEngineSampler
 
 
 def test_a_module_merely_named_DeepSpeedHybridEngine_is_not_the_hybrid_engine():
     look_alike = type("DeepSpeedHybridEngine", (torch.nn.Module,), {"generate": lambda self, **kw: None})()
     assert not hybrid_engine_active(look_alike)
-    assert sampler_class(flags(), look_alike) is DecodeLoopSampler
+    assert sampler_class(SamplerSettings.from_args(flags()), look_alike) is DecodeLoopSampler
 
 
 def test_settings_are_read_from_the_flags():
@@ -65,7 +68,7 @@ def test_a_fixed_seed_gives_the_same_sampled_tokens_as_the_decode_code_itself(lo
     from rl.rollout.tokens import left_pad, response_mask_from_ids
     model = tiny_llama()
     contexts = [[5, 6, 7, 8], [9, 10], [11, 12, 13]]
-    sampler = make_sampler(flags(decode_loop=loop), model, TOKENIZER)
+    sampler = make_sampler(SamplerSettings.from_args(flags(decode_loop=loop)), model, TOKENIZER)
     torch.manual_seed(1)
     got, logps = sampler.generate(contexts, timings={})
     assert sampler.eos_ids == [63]
@@ -82,7 +85,7 @@ def test_a_fixed_seed_gives_the_same_sampled_tokens_as_the_decode_code_itself(lo
 
 
 def test_an_idle_rank_in_lockstep_joins_the_generate_call_and_returns_nothing():
-    sampler = make_sampler(flags(), tiny_llama(), TOKENIZER)
+    sampler = make_sampler(SamplerSettings.from_args(flags()), tiny_llama(), TOKENIZER)
     timings = {}
     assert sampler.generate([], timings) == ([], None) and timings == {}  # alone: nobody to wait for
     sampler.lockstep = True  # as on a ZeRO-3 engine with several ranks, where the gather is collective
@@ -92,7 +95,7 @@ def test_an_idle_rank_in_lockstep_joins_the_generate_call_and_returns_nothing():
 
 def test_actor_samplers_have_nothing_to_sync_or_put_to_sleep():
     model = tiny_llama()
-    sampler = make_sampler(flags(), model, TOKENIZER)
+    sampler = make_sampler(SamplerSettings.from_args(flags()), model, TOKENIZER)
     before = {k: v for k, v in vars(model).items()}
     sampler.sync_weights(), sampler.sleep(), sampler.wake()
     assert vars(model) == before and sampler.eos_ids == [63] and sampler.device == model.device

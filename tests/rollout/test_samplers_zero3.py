@@ -41,13 +41,13 @@ def test_a_zero3_actor_samples_what_the_plain_model_samples_under_one_seed(zero3
     from transformers.integrations import deepspeed as hf_deepspeed
 
     from rl.engine.models import load_tokenizer
-    from rl.rollout.samplers import make_sampler
+    from rl.rollout.samplers import SamplerSettings, make_sampler
     args, actor = zero3
     args.decode_loop = loop
     tok = load_tokenizer(tiny_model_dir)
     torch.manual_seed(3)
     timings = {}
-    got, _ = make_sampler(args, actor, tok).generate(turn_contexts(tok), timings)
+    got, _ = make_sampler(SamplerSettings.from_args(args), actor, tok).generate(turn_contexts(tok), timings)
     assert timings["gather"] > 0 and timings["generate"] > 0
 
     weak = hf_deepspeed._hf_deepspeed_config_weak_ref
@@ -58,7 +58,7 @@ def test_a_zero3_actor_samples_what_the_plain_model_samples_under_one_seed(zero3
         hf_deepspeed._hf_deepspeed_config_weak_ref = weak
     assert not hasattr(next(plain.parameters()), "ds_id")
     torch.manual_seed(3)
-    want, _ = make_sampler(args, plain, tok).generate(turn_contexts(tok), {})
+    want, _ = make_sampler(SamplerSettings.from_args(args), plain, tok).generate(turn_contexts(tok), {})
     assert got == want and any(len(r) > 1 for r in got)
 
 
@@ -67,10 +67,10 @@ def test_the_actor_trains_on_its_partitions_after_generating(zero3, tiny_model_d
     from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
 
     from rl.engine.models import load_tokenizer
-    from rl.rollout.samplers import make_sampler
+    from rl.rollout.samplers import SamplerSettings, make_sampler
     args, actor = zero3
     tok = load_tokenizer(tiny_model_dir)
-    make_sampler(args, actor, tok).generate(turn_contexts(tok), {})
+    make_sampler(SamplerSettings.from_args(args), actor, tok).generate(turn_contexts(tok), {})
     assert all(p.ds_status == ZeroParamStatus.NOT_AVAILABLE for p in actor.module.parameters())  # released again
     ids = torch.randint(4, 90, (2, 12))
     for _ in range(actor.gradient_accumulation_steps()):

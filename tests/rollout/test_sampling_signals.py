@@ -13,7 +13,7 @@ from rl.methods.tcpo_counterfactuals import counterfactuals, turn_surprisal
 from rl.rollout.decode import sample_batch, sample_batch_with_signals
 from rl.rollout.episodes import run_episodes
 from rl.engine.models import load_tokenizer
-from rl.rollout.samplers import make_sampler
+from rl.rollout.samplers import SamplerSettings, make_sampler
 from rl.rollout.tokens import left_pad
 from tests.fixture_envs import DigitFractionEnv
 
@@ -43,7 +43,7 @@ def play(model, tok, signals, seed=0, groups=4, group_size=3):
     verifier = DigitFractionEnv.make_verifier()
     envs = [DigitFractionEnv(verifier=verifier, max_turns=3, episode_end="max_turns") for _ in samples]
     torch.manual_seed(seed)
-    return run_episodes(make_sampler(args, model, tok), tok, envs, samples,
+    return run_episodes(make_sampler(SamplerSettings.from_args(args), model, tok), tok, envs, samples,
                         torch.arange(groups).repeat_interleave(group_size), lambda env, text: env.step(text), args, {},
                         signals=signals)
 
@@ -117,7 +117,7 @@ def test_counterfactuals_choose_the_same_turns_and_scores_without_the_surprisal_
     model, tok = tiny
     args = run_args()
     batch = play(model, tok, {"logp"}, seed=1)
-    sampler = make_sampler(args, model, tok)
+    sampler = make_sampler(SamplerSettings.from_args(args), model, tok)
     score = lambda env, text, turn: env.score_turn_at(turn, text)  # noqa: E731
     recorded = batch.signals
 
@@ -164,7 +164,7 @@ def test_ent_reward_and_conductor_state_from_the_sampling_pass_equal_the_forward
 def test_samplers_without_a_decode_loop_record_nothing_and_consumers_fall_back(tiny):
     """HF generate records no signals: the rollout has none, and TCPO / MAESTRO keep their own forwards."""
     model, tok = tiny
-    sampler = make_sampler(run_args(decode_loop="hf_generate"), model, tok)
+    sampler = make_sampler(SamplerSettings.from_args(run_args(decode_loop="hf_generate")), model, tok)
     tokens, _, recorded = sampler.generate_with_signals([[5, 6, 7]], {}, {"logp"})
     assert len(tokens) == 1 and recorded is None
 

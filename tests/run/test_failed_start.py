@@ -8,7 +8,7 @@ import pytest
 from rl.config import parse_args, parser_defaults
 from rl.log.loggers import close_training_log
 from rl.run.saved_config import RunMismatch, read_run_config, release_output_lock
-from rl.run.start import discard_failed_start, start_run, trained_step_evidence
+from rl.run.start import StartSettings, discard_failed_start, start_run, trained_step_evidence
 
 ENV = ["--env", "tests.fixture_envs:DigitFractionEnv"]
 
@@ -26,16 +26,16 @@ def flags(tiny_model_dir, out, *extra):
 def _failed_start(args):
     with pytest.raises(RuntimeError, match="model failed to load"):
         with discard_failed_start():
-            start_run(args, 5, parser_defaults())
+            start_run(StartSettings.from_args(args), 5, parser_defaults())
             raise RuntimeError("model failed to load")
 
 
 def test_a_folder_holding_only_a_failed_start_s_config_is_reused_by_a_corrected_command(tiny_model_dir, tmp_path,
                                                                                          capsys):
-    start_run(flags(tiny_model_dir, tmp_path), 5, parser_defaults())  # stopped before its first step (no cleanup)
+    start_run(StartSettings.from_args(flags(tiny_model_dir, tmp_path)), 5, parser_defaults())  # stopped before its first step (no cleanup)
     release_output_lock(str(tmp_path))
     assert sorted(os.listdir(tmp_path)) == [".trainer.lock", "config.json"]
-    start_run(flags(tiny_model_dir, tmp_path, "--top_p", "0.9"), 5, parser_defaults())  # the fixed flag
+    start_run(StartSettings.from_args(flags(tiny_model_dir, tmp_path, "--top_p", "0.9")), 5, parser_defaults())  # the fixed flag
     out = capsys.readouterr().out
     assert f"reusing {tmp_path}" in out and "stopped before its first step" in out
     assert read_run_config(str(tmp_path))["flags"]["top_p"] == 0.9
@@ -53,7 +53,7 @@ def test_a_failed_start_in_an_existing_folder_removes_only_its_claim(tiny_model_
     (tmp_path / "notes.txt").write_text("mine")
     _failed_start(flags(tiny_model_dir, tmp_path))
     assert sorted(os.listdir(tmp_path)) == ["notes.txt", "training.log"]  # the log keeps why it stopped
-    start_run(flags(tiny_model_dir, tmp_path, "--top_p", "0.9"), 5, parser_defaults())  # refused before the fix
+    start_run(StartSettings.from_args(flags(tiny_model_dir, tmp_path, "--top_p", "0.9")), 5, parser_defaults())  # refused before the fix
     release_output_lock(str(tmp_path))
 
 
@@ -61,7 +61,7 @@ def test_a_run_with_a_trained_step_is_never_cleaned_up(tiny_model_dir, tmp_path)
     out = tmp_path / "run"
     with pytest.raises(RuntimeError):
         with discard_failed_start():
-            start_run(flags(tiny_model_dir, out), 5, parser_defaults())
+            start_run(StartSettings.from_args(flags(tiny_model_dir, out)), 5, parser_defaults())
             (out / "metrics.jsonl").write_text('{"step": 1}\n')
             raise RuntimeError("crash at step 2")
     assert trained_step_evidence(str(out)) == "metrics.jsonl has trained steps"
@@ -70,10 +70,10 @@ def test_a_run_with_a_trained_step_is_never_cleaned_up(tiny_model_dir, tmp_path)
 
 
 def test_a_refused_start_touches_nothing(tiny_model_dir, tmp_path):
-    start_run(flags(tiny_model_dir, tmp_path), 5, parser_defaults())
+    start_run(StartSettings.from_args(flags(tiny_model_dir, tmp_path)), 5, parser_defaults())
     (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')
     release_output_lock(str(tmp_path))
     with pytest.raises(RunMismatch):
         with discard_failed_start():
-            start_run(flags(tiny_model_dir, tmp_path, "--top_p", "0.9"), 5, parser_defaults())
+            start_run(StartSettings.from_args(flags(tiny_model_dir, tmp_path, "--top_p", "0.9")), 5, parser_defaults())
     assert read_run_config(str(tmp_path))["flags"]["top_p"] != 0.9

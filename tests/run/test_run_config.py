@@ -16,7 +16,7 @@ from rl.run.manifest import checkpoint_files, file_entries, write_manifest
 from rl.run.saved_config import (HARMLESS_FLAGS, OutputDirBusy, RunMismatch, acquire_output_lock, default_output_dir,
                            flag_differences, method_flags, plain_flags, read_run_config, release_output_lock)
 from rl.config import parser_defaults
-from rl.run.start import start_run
+from rl.run.start import StartSettings, start_run
 from tests.helpers import REPO_ROOT
 
 ENV = ["--env", "tests.fixture_envs:DigitFractionEnv"]
@@ -69,14 +69,15 @@ def test_the_default_output_dir_is_new_for_every_experiment(tiny_model_dir):
 def test_a_fresh_run_writes_its_resolved_config_with_versions_and_commit(tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     first = parse_args(["--model_name_or_path", tiny_model_dir, *ENV])
-    start = start_run(first, 1, parser_defaults())
+    start = start_run(StartSettings.from_args(first), 1, parser_defaults())
     assert start.output_dir.startswith("output/grpo_digitfractionenv_") and start.resume is None
     config = read_run_config(start.output_dir)
     assert config["flags"]["algo"] == "grpo" and config["flags"]["output_dir"] == start.output_dir
     assert config["versions"]["torch"] and config["versions"]["deepspeed"] and config["versions"]["python"]
     head = subprocess.run(["git", "-C", REPO_ROOT, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
     assert config["git_commit"].startswith(head.strip())
-    assert first.tensorboard_path == os.path.join(start.output_dir, "tensorboard")
+    assert start.tensorboard_path == os.path.join(start.output_dir, "tensorboard")
+    assert config["flags"]["tensorboard_path"] == start.tensorboard_path
 
 
 def test_resume_auto_refuses_a_checkpoint_of_another_experiment_naming_the_flags(tiny_model_dir, tmp_path):
@@ -84,7 +85,7 @@ def test_resume_auto_refuses_a_checkpoint_of_another_experiment_naming_the_flags
     other = flags(tiny_model_dir, tmp_path, "--algo", "gdpo", "--reward_funcs", "correctness,format",
                   "--actor_learning_rate", "1e-3")
     with pytest.raises(RunMismatch) as err:
-        start_run(other, 5, parser_defaults())
+        start_run(StartSettings.from_args(other), 5, parser_defaults())
     message = str(err.value)
     assert "--algo grpo -> gdpo" in message and "--actor_learning_rate 2e-05 -> 0.001" in message
     assert "--reward_funcs correctness -> correctness,format" in message and "--resume force" in message
@@ -95,7 +96,7 @@ def test_resume_force_continues_the_other_experiment_with_a_warning(tiny_model_d
     fake_checkpoint(tmp_path, 1, flags(tiny_model_dir, tmp_path))
     other = flags(tiny_model_dir, tmp_path, "--actor_learning_rate", "1e-3", "--resume", "force")
     with caplog.at_level(logging.WARNING):
-        start = start_run(other, 5, parser_defaults())
+        start = start_run(StartSettings.from_args(other), 5, parser_defaults())
     assert start.resume.tag == "step_1" and not start.finished
     assert "--actor_learning_rate 2e-05 -> 0.001" in caplog.text
 
@@ -103,10 +104,10 @@ def test_resume_force_continues_the_other_experiment_with_a_warning(tiny_model_d
 def test_harmless_changes_resume_and_a_run_at_its_last_step_is_finished(tiny_model_dir, tmp_path):
     fake_checkpoint(tmp_path, 3, flags(tiny_model_dir, tmp_path))
     same = flags(tiny_model_dir, tmp_path, "--max_steps", "3", "--save_steps", "1", "--code_workers", "1")
-    start = start_run(same, 3, parser_defaults())
+    start = start_run(StartSettings.from_args(same), 3, parser_defaults())
     assert start.finished and start.resume.step == 3
     assert not os.path.exists(tmp_path / "config.json")  # a finished run is left as it is
-    more = start_run(flags(tiny_model_dir, tmp_path, "--max_steps", "6"), 6, parser_defaults())
+    more = start_run(StartSettings.from_args(flags(tiny_model_dir, tmp_path, "--max_steps", "6")), 6, parser_defaults())
     assert not more.finished and more.resume.step == 3
     assert read_run_config(str(tmp_path))["flags"]["max_steps"] == 6
 
@@ -114,29 +115,29 @@ def test_harmless_changes_resume_and_a_run_at_its_last_step_is_finished(tiny_mod
 def test_config_records_the_machine_and_a_resume_on_another_says_it_will_not_repeat_bit_for_bit(
         tiny_model_dir, tmp_path, caplog):
     import torch
-    start_run(flags(tiny_model_dir, tmp_path, "--dtype", "fp32"), 5, parser_defaults())
+    start_run(StartSettings.from_args(flags(tiny_model_dir, tmp_path, "--dtype", "fp32")), 5, parser_defaults())
     config = read_run_config(str(tmp_path))
     assert config["machine"]["torch_threads"] == torch.get_num_threads() and config["machine"]["dtype"] == "fp32"
     assert config["machine"]["cpu"] and config["machine"]["bf16_isa"] in ("amx", "avx512_bf16", "none")
     fake_checkpoint(tmp_path, 1, flags(tiny_model_dir, tmp_path, "--dtype", "fp32"))
     with caplog.at_level(logging.WARNING):
-        start_run(flags(tiny_model_dir, tmp_path, "--dtype", "fp32"), 5, parser_defaults())
+        start_run(StartSettings.from_args(flags(tiny_model_dir, tmp_path, "--dtype", "fp32")), 5, parser_defaults())
     assert "another machine" not in caplog.text  # the same machine: nothing to say
     config["machine"]["torch_threads"] += 1  # as if the last run had computed with one thread more
     with open(tmp_path / "config.json", "w") as f:
         json.dump(config, f)
     with caplog.at_level(logging.WARNING):
-        start_run(flags(tiny_model_dir, tmp_path, "--dtype", "fp32"), 5, parser_defaults())
+        start_run(StartSettings.from_args(flags(tiny_model_dir, tmp_path, "--dtype", "fp32")), 5, parser_defaults())
     assert (f"another machine than its last run (torch_threads {torch.get_num_threads() + 1} -> "
             f"{torch.get_num_threads()})") in caplog.text
 
 
 def test_a_run_that_never_saved_is_not_overwritten_by_another_experiment(tiny_model_dir, tmp_path):
-    start_run(flags(tiny_model_dir, tmp_path), 5, parser_defaults())  # crashed before its first checkpoint
+    start_run(StartSettings.from_args(flags(tiny_model_dir, tmp_path)), 5, parser_defaults())  # crashed before its first checkpoint
     (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')  # ... after training a step
     with pytest.raises(RunMismatch, match="config.json .metrics.jsonl has trained steps"):
-        start_run(flags(tiny_model_dir, tmp_path, "--top_p", "0.9"), 5, parser_defaults())
-    start_run(flags(tiny_model_dir, tmp_path, "--top_p", "0.9", "--resume", "none"), 5, parser_defaults())
+        start_run(StartSettings.from_args(flags(tiny_model_dir, tmp_path, "--top_p", "0.9")), 5, parser_defaults())
+    start_run(StartSettings.from_args(flags(tiny_model_dir, tmp_path, "--top_p", "0.9", "--resume", "none")), 5, parser_defaults())
     assert read_run_config(str(tmp_path))["flags"]["top_p"] == 0.9
 
 
@@ -182,7 +183,7 @@ def test_an_unreadable_config_json_is_refused_naming_it(tmp_path):
 
 
 def test_the_config_json_is_plain_json(tiny_model_dir, tmp_path):
-    start_run(flags(tiny_model_dir, tmp_path, "--reward_weights", "1"), 5, parser_defaults())
+    start_run(StartSettings.from_args(flags(tiny_model_dir, tmp_path, "--reward_weights", "1")), 5, parser_defaults())
     with open(tmp_path / "config.json") as f:
         config = json.load(f)
     assert config["flags"]["reward_weights"] == [1.0] and config["flags"]["reward_funcs"] == ["correctness"]

@@ -108,7 +108,7 @@ def decoded(tiny_model_dir):
 
     from rl.engine.models import load_tokenizer
     from rl.rollout.episodes import run_episodes
-    from rl.rollout.samplers import make_sampler
+    from rl.rollout.samplers import SamplerSettings, make_sampler
     from tests.fixture_envs import DigitFractionEnv
 
     torch.manual_seed(0)
@@ -118,7 +118,7 @@ def decoded(tiny_model_dir):
     envs = [DigitFractionEnv(verifier=DigitFractionEnv.make_verifier(), max_turns=1) for _ in rows]
     args = argparse.Namespace(max_turns=1, max_prompt_seq_len=128, max_answer_seq_len=12, temperature=0.7,
                               top_p=1.0, top_k=0)
-    batch = run_episodes(make_sampler(args, model, tok), tok, envs, rows, torch.arange(len(rows)) // 4,
+    batch = run_episodes(make_sampler(SamplerSettings.from_args(args), model, tok), tok, envs, rows, torch.arange(len(rows)) // 4,
                          lambda env, text: env.step(text), args, {}, signals=frozenset({"logp"}))
     batch.advantages = torch.linspace(-1.0, 1.0, len(rows))
     return model, batch

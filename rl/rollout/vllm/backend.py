@@ -180,7 +180,8 @@ class VLLMSettings:
         return cls(model_name_or_path=args.model_name_or_path, max_answer_seq_len=args.max_answer_seq_len,
                    temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                    sleep_level=args.vllm_sleep_level, tensor_parallel_size=args.vllm_tensor_parallel_size,
-                   max_model_len=args.vllm_max_model_len, context_budget=context_budget(args),
+                   max_model_len=args.vllm_max_model_len,
+                   context_budget=context_budget(args.max_prompt_seq_len, args.max_turns, args.max_answer_seq_len),
                    gpu_memory_utilization=args.vllm_gpu_memory_utilization, seed=args.seed,
                    dist_timeout_minutes=args.dist_timeout_minutes, cpu_weights=args.vllm_cpu_weights)
 
