@@ -18,7 +18,7 @@ OUT=${OUT:-output/warm_start/$ENV_NAME}
 case "$ENV_NAME" in
   # the DARA sweeps' questions (experiments/sweeps/dara_toolcall.sh) in ToolRL's and DARA's prompt: no worked examples
   toolcall) DATA="--env toolcall --toolcall_categories simple_python,multiple,parallel,parallel_multiple --toolcall_max_schema_chars 1200 --no-toolcall_example"
-            N=${N:-1000}; STEPS=${STEPS:-24}; ANSWER=96 ;;  # 24: the sweep's nearest export (none met the target)
+            N=${N:-1000}; STEPS=${STEPS:-40}; ANSWER=96 ;;  # 40: the sweep's pick (the shortest export meeting its target)
   mixed)    DATA="--env mixed"; N=${N:-1000}; STEPS=${STEPS:-5}; ANSWER=48 ;;  # 5: the sweep's pick
   *) echo "scripts/warm_start.sh: toolcall or mixed, got '$ENV_NAME'" >&2; exit 2 ;;
 esac
