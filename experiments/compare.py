@@ -53,6 +53,13 @@ import subprocess
 import sys
 import time
 
+# This checkout first: a user's module (--reward_funcs my_pkg.rewards:judge) imports from the root, as in train.py; and
+# a second worktree sharing the venv (a frozen copy for a long sweep) must run its own experiments/ and rl/, not the
+# checkout the venv's editable install points at.
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if sys.path[:1] != [REPO]:
+    sys.path.insert(0, REPO)
+
 from experiments.compare_archive import (archive_run, archive_sweep_file, command_id, complete_seeds, restore_sweep_file,
                                         runs_by_command)
 from experiments.compare_metrics import CompareError, Metric, first_sustained_step, metric_value, parse_metric  # noqa: F401
@@ -60,10 +67,6 @@ from experiments.compare_runs import execute_run, folder_record, interrupted_sta
 from benchmarks.paired import PAIRED_HEADER, format_paired_row, paired
 from benchmarks import run_child
 from benchmarks.archive_pack import unpacked
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:  # a user's module (--reward_funcs my_pkg.rewards:judge) imports from the root, as in train.py
-    sys.path.insert(0, REPO)
 
 OWNED_FLAGS = ("--output_dir", "--seed", "--resume", "--local_rank")  # set by compare.py for every run
 # differ between identical runs; and values the parser derives from hashed flags (a run cached before one existed
