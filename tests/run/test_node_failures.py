@@ -69,6 +69,11 @@ def test_a_lost_node_ends_the_other_within_the_heartbeat_naming_it_and_the_check
     assert f"the last complete checkpoint is {resume_from}" in said, said[-3000:]
 
 
+# alone: under the parallel phase's load (2 workers, each with multi-process launches) the fresh-clone CI of 8d36fc9
+# once saw the survivor stopped by the heartbeat (a collective failed as rank 1 ended) instead of the collective stop;
+# it passed alone and at one thread. Whether a loaded node can lose that clean stop is open (noted in issue #62's
+# follow-up), not hidden: the test still asserts the clean stop.
+@pytest.mark.serial
 def test_a_killed_launch_process_fails_its_node_and_both_nodes_save(tiny_model_dir, tmp_path):
     """#62 item 9: node 1's DeepSpeed launch process is SIGKILLed. Its rank stops by itself (stop_with_launcher:
     finish the step, save), the save being collective the other node saves and stops with it, and node 1's launcher
