@@ -29,6 +29,9 @@
 # are unchanged. The rerun's step-8, 16 and 24 exports are byte-identical to the first run's (md5 of model.safetensors),
 # so the earlier evals stand for them. Its evals ran with one thread (OMP_NUM_THREADS=1, the other core kept for other
 # work), where the first run's had two: the sampled draws are the same seeds, any difference is floating-point order.
+# Checked after the pick: `OUT=/tmp/ws_rebuild bash scripts/warm_start.sh toolcall` (40 steps, from scratch) writes a
+# final/model.safetensors byte-identical to this run's hf/step_40 (md5 311a8b66...), so the recipe rebuilds the pick;
+# its tokenizer.json differs only in the padding/truncation state the end-of-run eval left on the tokenizer.
 # Resumable: a finished SFT (sft/final) and every results.json are kept and skipped on a rerun.
 #   bash experiments/sweeps/warm_start.sh            # both envs: about 1.5 h of 2 cores
 #   ENVS=toolcall bash experiments/sweeps/warm_start.sh
