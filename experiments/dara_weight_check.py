@@ -46,7 +46,14 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=2000)
     a = p.parse_args(argv)
     with open(a.results) as f:
-        groups = [g for g in groups_of(json.load(f)) if g]
+        results = json.load(f)
+    try:
+        groups = [g for g in groups_of(results) if g]
+    except (KeyError, TypeError):
+        raise SystemExit(f"dara_weight_check.py: {a.results} is not a toolcall eval's results.json (problems with "
+                         "episodes scored by format and correct)") from None
+    if not groups or min(len(g) for g in groups) < 2:
+        raise SystemExit(f"dara_weight_check.py: {a.results} has no groups of 2 or more responses (eval.py --n 4)")
     print(f"{len(groups)} groups of {len(groups[0])} from {a.results}")
     print("| prompts per step | steps with a DARA weight != 1 | tool_format up-weighted | tool_correct up-weighted |")
     print("|---|---|---|---|")

@@ -69,8 +69,13 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--output", default=None, help="append the result to this markdown file")
     a = p.parse_args(argv)
-    commits = [subprocess.run(["git", "-C", REPO, "rev-parse", c], capture_output=True, text=True,
-                              check=True).stdout.strip() for c in (a.before, a.after)]
+    commits = []
+    for given in (a.before, a.after):
+        proc = subprocess.run(["git", "-C", REPO, "rev-parse", "--verify", given + "^{commit}"], capture_output=True,
+                              text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"same_steps.py: {given!r} is not a commit of {REPO}")
+        commits.append(proc.stdout.strip())
     with tempfile.TemporaryDirectory(prefix="same_steps_") as scratch:
         before, after = (run_steps(c, a.steps, scratch) for c in commits)
     compared = sorted({k for row in before for k in row if not k.startswith(CLOCKS)} - {"step"})

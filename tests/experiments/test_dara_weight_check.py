@@ -18,3 +18,15 @@ def test_a_step_with_the_sparser_reward_active_up_weights_it():
     # draws both kinds, which 8 draws from two kinds almost always do
     moved = weight_moves([FORMAT_SPREAD, BOTH_SPREAD], prompts=8, steps=200)
     assert moved["tool_format"] == 0.0 and 0.9 < moved["tool_correct"] == moved["any"] <= 1.0
+
+
+def test_a_file_without_sampled_groups_is_refused_by_name(tmp_path):
+    import json
+
+    import pytest
+
+    from experiments.dara_weight_check import main
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"problems": [{"id": 1, "episodes": [{"format": 1, "correct": 0}]}]}))  # greedy: n = 1
+    with pytest.raises(SystemExit, match="no groups of 2 or more responses"):
+        main([str(path)])

@@ -13,3 +13,11 @@ def test_the_first_changed_metric_is_named_with_both_values():
     after = [{"step": 1, "a": 1.0}, {"step": 2, "a": 2.0, "b": 1.5}]
     assert first_difference(before, after) == "step 2: b 1.0 -> 1.5"
     assert first_difference(before, after[:1]) == "2 logged steps before, 1 after"
+
+
+def test_a_name_that_is_no_commit_is_refused_before_any_run():
+    import pytest
+
+    from experiments.same_steps import main
+    with pytest.raises(SystemExit, match="'no-such-commit' is not a commit"):
+        main(["no-such-commit", "HEAD"])
