@@ -2,7 +2,7 @@
 measured in the same run, on the same cores and in the same dtype.
 
 Train FLOPs (credo's reading of the usual 6 N T rule, Kaplan et al. 2020, with the LM head counted apart because
-credo runs it on the response positions only, rl/update/logprobs.py):
+credo runs it on the response positions only, rl/update/batching.py):
 
     train FLOPs = 6 x N_body x T_seq  +  6 x d x V x T_head
 

@@ -2,7 +2,7 @@
 train phase that scales with the vocabulary (SmolLM2: 49,152 x 576, tied embeddings).
 
 Variants, on hidden states of shape [B, R + 1, H] (B = 32 responses, R = 48 tokens), fp32:
-  credo:            rl.update.logprobs.response_logprobs' head: full logits, / T, gather - logsumexp, plus the no-grad
+  credo:            rl.update.batching.response_logprobs' head: full logits, / T, gather - logsumexp, plus the no-grad
                     entropy (rewards.lm_tensors.entropy_from_logits), as the trainer runs it;
   credo-no-entropy: the same without the entropy;
   log_softmax:      log_softmax(logits / T).gather (one fused normalisation);

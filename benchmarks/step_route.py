@@ -3,15 +3,18 @@
     .venv/bin/python benchmarks/step_route.py [--output benchmarks/results/step_route.md]
 
 Builds the trainer as train.py does (GRPO on arith, the CPU model, default flags but a small batch: 2 prompts x 2
-responses of 8 tokens, no checkpoint), then records with sys.setprofile every file of this repository whose Python
-code runs from the start of `Trainer.train_step` to the end of the step's logging (what `Trainer.fit` does between
-two steps: validation and best-checkpoint hooks, metrics, completions, console line, the stop check). Start-up
-(Trainer.__init__) and the final save are not part of a step. The count is what the issue's 22-file target reads.
+responses of 8 tokens, no checkpoint), then records with sys.setprofile and threading.setprofile (the env steps run
+in a thread pool) every file of this repository whose Python code runs from the start of `Trainer.train_step` to
+the end of the step's logging (what `Trainer.fit` does between two steps: `Trainer.log_step`, the console line, the
+stop check). Start-up (Trainer.__init__ and the start of `fit`) and the final save are not part of a step. The count
+is what the issue's 22-file target reads; tests/test_step_route.py compares it with README's list.
 """
 import argparse
+import json
 import os
 import sys
 import tempfile
+import threading
 from collections import Counter
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,32 +35,29 @@ def traced(fn):
             if path.startswith(REPO) and "/.venv" not in path and path != os.path.abspath(__file__):  # not this tracer
                 seen[os.path.relpath(path, REPO)] += 1
 
+    threading.setprofile(profile)  # threads started from here on: the env steps' pool (rl/rollout/episodes.py)
     sys.setprofile(profile)
     try:
         result = fn()
     finally:
         sys.setprofile(None)
+        threading.setprofile(None)
     return seen, result
 
 
-def one_step_route() -> Counter:
+def one_step_route(model: str = None) -> Counter:
+    """{repo-relative file: calls} of one default step; `model` (default: --model_name_or_path's default, the CPU
+    model) changes no file on the route (the tests pass a tiny one)."""
     from rl.config import parse_args
     from rl.trainer import Trainer
     out = tempfile.mkdtemp(prefix="step_route_")
-    trainer = Trainer(parse_args([*FLAGS, "--output_dir", out]))
+    trainer = Trainer(parse_args([*FLAGS, "--output_dir", out, *(["--model_name_or_path", model] if model else [])]))
 
     def step_and_log():
         # Trainer.fit's body for one step, without its loop and saves (rl/trainer.py)
-        from rl.eval.validation import PeriodicValidation
-        from rl.run.best_checkpoint import BestCheckpoint
-        validation = PeriodicValidation.from_args(trainer.args, trainer.actor, trainer.tokenizer, trainer.steps)
-        best = BestCheckpoint(trainer.args.save_best_metric, trainer.output.output_dir, resumed=False)
         metrics = trainer.train_step()
         trainer.step += 1
-        metrics.update(validation.after_step(trainer.step))
-        metrics.update(best.consider(trainer.step, metrics, trainer.actor, trainer.tokenizer))
-        trainer.metrics.log(trainer.step, metrics)
-        trainer.metrics.log_completions(trainer.step, trainer.completion_samples)
+        trainer.log_step(metrics)
         trainer.metrics.console_line(trainer.step, metrics)
         trainer._stop_requested()
 
@@ -70,8 +70,13 @@ def one_step_route() -> Counter:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--output", default=None)
+    p.add_argument("--model_name_or_path", default=None, help="default: train.py's (the route does not depend on it)")
+    p.add_argument("--json", action="store_true", help="print only the traced files, as one JSON list")
     a = p.parse_args(argv)
-    files = one_step_route()
+    files = one_step_route(a.model_name_or_path)
+    if a.json:
+        print(json.dumps(sorted(files)))
+        return
     folders = Counter(os.path.dirname(f) or "." for f in files)
     lines = [f"# The route of one default GRPO step (issue #63 item 1)", "",
              "`.venv/bin/python benchmarks/step_route.py --output benchmarks/results/step_route.md` (the module "

@@ -1,4 +1,5 @@
-"""DAPO's length handling, as pure tensor functions: the soft overlong punishment and the truncated-completion mask.
+"""DAPO's soft overlong punishment, as a pure tensor function. (Which rows ran out of the budget, for the
+truncated-completion mask and the truncated_frac metric, is rl.types.truncated_rows.)
 
 Soft overlong punishment (Yu et al. 2025, arXiv 2503.14476, section 3.4, eq. 13), with L_max = --max_answer_seq_len
 and L_cache = --overlong_buffer_len:
@@ -26,20 +27,3 @@ def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer_len: int, facto
         raise ValueError(f"overlong buffer_len must be in (0, max_len={max_len}], got {buffer_len}")
     exceed = lengths.float() - (max_len - buffer_len)
     return (-exceed / buffer_len).clamp(min=-1.0, max=0.0) * factor
-
-
-def truncated_rows(turn_ids: torch.Tensor, response_ids: torch.Tensor, eos_ids) -> torch.Tensor:
-    """Tensor[N] bool: rows in which some model turn ended without an EOS token, i.e. ran out of --max_answer_seq_len
-    (TRL's `is_truncated`; for multi-turn rows, credo's reading: a trajectory is truncated when any of its turns is).
-
-    Args:
-        turn_ids: Tensor[N, R] long, the turn index of each model token, -1 on feedback and padding (Rollout.turn_ids).
-        response_ids: Tensor[N, R] long, the response part of the token ids (Rollout.response_ids).
-        eos_ids: the ids that end a turn (Sampler.eos_ids).
-    """
-    turn_ids, response_ids = turn_ids.cpu(), response_ids.cpu()
-    model = turn_ids >= 0
-    following = torch.cat([turn_ids[:, 1:], torch.full_like(turn_ids[:, :1], -1)], dim=1)
-    last_of_turn = model & (following != turn_ids)  # a turn's final token: the next token is another turn's or none
-    ends_with_eos = torch.isin(response_ids, torch.tensor(sorted(eos_ids), dtype=response_ids.dtype))
-    return (last_of_turn & ~ends_with_eos).any(dim=1)

@@ -80,15 +80,18 @@ class Scorer:
         # counts and guards every env.step (run in-process: see rewards/base.py); --code_workers steps run at once
         self.verifier = RewardCaller(None, name=CORRECTNESS, timeout_s=settings.reward_timeout,
                                      retries=settings.reward_retries)
+        # the --reward_funcs beside the verifier, in worker processes; None when there are none (the default)
         self.rewards = PooledRewards(list(settings.reward_specs), workers=settings.reward_workers,
                                      timeout_s=settings.reward_timeout, max_steps=settings.max_steps,
-                                     group_size=settings.group_size, retries=settings.reward_retries)
+                                     group_size=settings.group_size,
+                                     retries=settings.reward_retries) if settings.reward_specs else None
         # ppl, ent, fmt, len, pref: computed in-process with the policy (rewards/policy_rewards.py); attach_policy
         self.policy_names = [name for name in self.reward_names if name in POLICY_REWARDS]
         self.policy_rewards = None
         # a verifier with worker processes of its own (math-verify's) keeps an account inside the env step: judged too
         own = getattr(self.shared_verifier, "account", None)
-        self.callers = [self.verifier, *self.rewards.accounts, *([own] if isinstance(own, RewardAccount) else [])]
+        pooled = self.rewards.accounts if self.rewards else []
+        self.callers = [self.verifier, *pooled, *([own] if isinstance(own, RewardAccount) else [])]
         self.component_names = []  # reward components seen on any rank, in first-seen order
         self.checked = self._local_counts()  # this rank's (calls, failures) per reward at the last failure check
         self.step_counts = {}  # per reward, the last checked step's COUNTS (all ranks): {"calls": ..., ...}
@@ -153,18 +156,23 @@ class Scorer:
         `step` (the step being scored) is TRL's trainer_state.global_step.
         """
         trajectory = self.trajectory_score(batch.turn_scores).tolist()
-        ids = self.completion_ids(batch) if self.rewards.needs_completion_ids else None
-        extra = self.rewards.score(batch.prompts, batch.completions, batch.samples, ids, step)
-        # each prompt group lives on one rank, so the within-group normalisation needs no collective
-        t0 = time.perf_counter()
-        policy_raw, batch.policy_hidden = self.policy_rewards.raw(batch) if self.policy_rewards else ({}, None)
-        if timings is not None and self.policy_rewards:  # time/policy_rewards: MAESTRO's reward overhead
-            timings["policy_rewards"] = time.perf_counter() - t0
-        policy = normalise(policy_raw, batch.group_ids.cpu())
+        accounts, extra = [], []
+        if self.rewards:
+            ids = self.completion_ids(batch) if self.rewards.needs_completion_ids else None
+            accounts, extra = self.rewards.accounts, self.rewards.score(batch.prompts, batch.completions,
+                                                                        batch.samples, ids, step)
+        policy_raw, policy, batch.policy_hidden = {}, {}, None
+        if self.policy_rewards:
+            t0 = time.perf_counter()
+            policy_raw, batch.policy_hidden = self.policy_rewards.raw(batch)
+            if timings is not None:  # time/policy_rewards: MAESTRO's reward overhead
+                timings["policy_rewards"] = time.perf_counter() - t0
+            # each prompt group lives on one rank, so the within-group normalisation needs no collective
+            policy = normalise(policy_raw, batch.group_ids.cpu())
         rows = []
         for i, correctness in enumerate(trajectory):
             comps = {CORRECTNESS: correctness} if CORRECTNESS in self.reward_names else {}
-            for account, values in zip(self.rewards.accounts, extra):
+            for account, values in zip(accounts, extra):
                 value = values[i]
                 comps.update(value if isinstance(value, dict) else {account.name: value})
             comps.update({name: float(values[i]) for name, values in policy.items()})
@@ -266,7 +274,8 @@ class Scorer:
 
     def close(self):
         """Stop the reward worker processes (they are also killed at exit, and die with the trainer)."""
-        self.rewards.close()
+        if self.rewards:
+            self.rewards.close()
 
 
 def turn_metrics(turn_scores: torch.Tensor) -> dict:

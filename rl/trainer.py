@@ -16,14 +16,12 @@ from rl.methods import StepContext, build_method, method_class
 from rl.run.checkpoint import checkpoint_root, export_hf, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from rl.rollout.data import DataSettings, PromptStream, repeated_rows_warning, training_rows
 from rl.rollout.dynamic_sampling import FilterGroupsExhausted, FilterSettings, collect_groups
-from rl.log.completions import completion_records
 from rl.engine.actor import EngineSettings, build_actor, build_reference, set_cpu_threads
-from rl.log.env_metrics import env_metrics
-from rl.update.length_shaping import LengthSettings, mask_truncated, punish_overlong, shaping_metrics
+from rl.update.length_shaping import LengthSettings, mask_truncated, overlong_metrics, punish_overlong
 from rl.log.metrics import MetricsLogger
+from rl.log.step_metrics import advantage_metrics, completion_records, env_metrics, response_metrics, timing_metrics
 from rl.engine.models import load_tokenizer
 from rl.rollout.episodes import EpisodeSettings, run_episodes
-from rl.log.refinement_metrics import refinement_metrics
 from rl.rollout.samplers import SamplerSettings, make_sampler
 from rl.errors import RewardFailure
 from rl.scoring import Scorer, ScoringSettings
@@ -85,10 +83,16 @@ class Trainer:
         # what the sampling pass records so that TCPO's surprisal and `ent` need no forward (rl/rollout/sampling_signals.py)
         self.sampling_signals = (self.method.sampling_signals() | self.scorer.sampling_signals()
                                  | update_sampling_signals(LossSettings.from_args(args)))
-        self.ref_sync = ReferenceSync(RefSyncSettings.from_args(args), self.actor, self.reference)  # --sync_ref_model
-        # DAPO (rl/rollout/dynamic_sampling.py, rl/update/length_shaping.py): dynamic sampling rounds, the overlong punishment, the truncated-completion mask
+        # The optional pieces are built only when their flag is on (None otherwise), so a default step never enters
+        # them: the reference sync (--sync_ref_model), DAPO's overlong punishment and truncated-completion mask
+        # (rl/update/length_shaping.py), and (last, below) the validation and the best checkpoint.
+        ref_sync = RefSyncSettings.from_args(args)
+        self.ref_sync = (ReferenceSync(ref_sync, self.actor, self.reference)
+                         if ref_sync.sync_ref_model and self.reference is not None else None)
+        lengths = LengthSettings.from_args(args)
+        self.lengths = lengths if lengths.active else None
+        # DAPO's dynamic sampling rounds (rl/rollout/dynamic_sampling.py)
         self.filter = FilterSettings.from_args(args, per_component=method_class(args.algo).min_rewards > 1)
-        self.lengths = LengthSettings.from_args(args)
         self.episodes = EpisodeSettings.from_args(args)
         self.step = 0
         self.guard = StepGuard(args.max_bad_steps, args.actor_zero_stage, checkpoint_root(self.output.output_dir))
@@ -97,6 +101,11 @@ class Trainer:
         self.metrics = MetricsLogger(self.output.output_dir, enabled=self.rank == 0, start_step=self.step,
                                      tensorboard_path=self.output.tensorboard_path, report_to=self.output.report_to,
                                      wandb=self.output.wandb)  # --report_to: rank 0 only
+        # after each step when on (None otherwise): --eval_steps's validation and --save_best_metric's best export
+        self.validation = (PeriodicValidation.from_args(args, self.actor, self.tokenizer, self.steps)
+                           if args.eval_steps else None)
+        self.best = (BestCheckpoint(args.save_best_metric, self.output.output_dir, resumed=self.run.resume is not None)
+                     if args.save_best_metric else None)
 
     def _resume(self):
         if self.run.resume is None:
@@ -108,7 +117,8 @@ class Trainer:
         self.counters.update(state["counters"])
         self.scorer.load_state_dict(state["scorer"])
         self.method.load_state_dict(state.get("method", {}))
-        self.ref_sync.load_state_dict(state.get("reference", {}))
+        if self.ref_sync:
+            self.ref_sync.load_state_dict(state.get("reference", {}))
         if self.rank == 0:
             print(f"resumed from {os.path.join(root, tag)} at step {self.step}", flush=True)
 
@@ -135,7 +145,7 @@ class Trainer:
         batch = self.scorer.score(batch, self.step + 1, scalarize=self.method.scalarize, timings=timings)
         timings["reward"] = timings.get("reward", 0.0) + time.perf_counter() - t0
         self.scorer.check_failures(self.step + 1)
-        return punish_overlong(batch, self.lengths)  # --overlong_buffer_len (0 = off)
+        return punish_overlong(batch, self.lengths) if self.lengths else batch  # --overlong_buffer_len
 
     def scored_rollout(self, timings):
         """One round of prompts, rolled out and scored; with --filter_groups, rounds until every rank's groups
@@ -150,7 +160,8 @@ class Trainer:
         whatever the placement of groups on ranks; each rank keeps its own slice."""
         inputs = batch.gather()
         adv, method_metrics = self.method.advantages(inputs)
-        method_metrics.update(self.method.after_advantages(inputs, adv, timings))
+        if self.method.after_advantages:  # MAESTRO's Conductor update
+            method_metrics.update(self.method.after_advantages(inputs, adv, timings))
         n = len(batch)
         batch.advantages = adv[self.rank * n:(self.rank + 1) * n].to(self.actor.device)
         return batch, inputs, method_metrics
@@ -175,41 +186,40 @@ class Trainer:
         """The step guard's bad-step counters, checkpointed under "counters"."""
         return self.guard.counters
 
-    @staticmethod
-    def _global_mean_std(x: torch.Tensor):
-        gathered = dist.all_gather_cat(x.detach().float().cpu())
-        return gathered.mean().item(), gathered.std().item() if len(gathered) > 1 else 0.0
-
     def train_step(self) -> dict:
-        timings = {}
-        t0 = time.perf_counter()
+        """One step, stages 1-6 of README's "How one step flows"; returns its metrics (rl/log/step_metrics.py)."""
+        timings, t0 = {}, time.perf_counter()
         batch, hook_metrics = self.scored_rollout(timings)
-        hook_metrics.update(self.method.after_score(batch, timings))
+        if self.method.after_score:  # TCPO's counterfactuals, MAESTRO's scalarisation metrics
+            hook_metrics.update(self.method.after_score(batch, timings))
         batch, inputs, method_metrics = self.advantages(batch, timings)
         method_metrics.update(hook_metrics)
-        method_metrics.update(shaping_metrics(batch, inputs, self.lengths, self.sampler.eos_ids))
-        metrics = self.scorer.metrics(inputs)
-        if inputs.turn_scores.shape[1] > 1:  # preservation/regression rates, best- and final-turn success
-            metrics.update(refinement_metrics(inputs.turn_scores))
-        metrics["response_length/mean"] = inputs.lengths.float().mean().item()
-        metrics["response_length/max"] = inputs.lengths.max().item()
+        metrics = self.scorer.metrics(inputs)  # reward/*, success_rate
+        metrics.update(response_metrics(batch, inputs, self.sampler.eos_ids))
         metrics.update(method_metrics)
-        metrics["advantage/mean"], metrics["advantage/std"] = self._global_mean_std(batch.advantages)
+        if self.lengths:
+            metrics.update(overlong_metrics(inputs, self.lengths))
+        metrics.update(advantage_metrics(batch.advantages))
         metrics.update(env_metrics(batch.env_values))  # env/<component>/mean, env/info/<key>/mean
         self.completion_samples = completion_records(batch, self.args.log_completions) if self.rank == 0 else []
-        metrics.update(self.train_on(mask_truncated(batch, self.lengths, self.sampler.eos_ids), timings))
-        metrics.update(self.ref_sync.after_step(self.step + 1))  # --sync_ref_model: the reference moves to the policy
+        if self.lengths:
+            batch = mask_truncated(batch, self.lengths, self.sampler.eos_ids)
+        metrics.update(self.train_on(batch, timings))
+        if self.ref_sync:
+            metrics.update(self.ref_sync.after_step(self.step + 1))  # the reference moves to the policy
         timings["step"] = time.perf_counter() - t0
-        slowest = dist.all_reduce(torch.tensor([timings[k] for k in sorted(timings)], dtype=torch.float64), op="max")
-        for i, k in enumerate(sorted(timings)):
-            metrics[f"time/{k}"] = slowest[i].item()
-        for k in timings:  # e.g. time_share/counterfactual (TCPO), time_share/conductor (MAESTRO)
-            if k != "step":
-                metrics[f"time_share/{k}"] = metrics[f"time/{k}"] / max(metrics["time/step"], 1e-9)
-        generated = inputs.lengths.sum().item()
-        metrics["throughput/generated_tokens_per_s"] = generated / max(metrics["time/generate"], 1e-9)
-        metrics["throughput/tokens_per_s"] = generated / max(metrics["time/step"], 1e-9)
+        metrics.update(timing_metrics(timings, inputs.lengths.sum().item()))
         return metrics
+
+    def log_step(self, metrics: dict):
+        """Stage 7 of the step just trained (self.step): the validation and best checkpoint when on, then the metrics
+        and a few completions to the --report_to loggers (rl/log/metrics.py)."""
+        if self.validation:
+            metrics.update(self.validation.after_step(self.step))
+        if self.best:
+            metrics.update(self.best.consider(self.step, metrics, self.actor, self.tokenizer))
+        self.metrics.log(self.step, metrics)
+        self.metrics.log_completions(self.step, self.completion_samples)
 
     # --- the loop -------------------------------------------------------------------------------------------
     def trainer_state(self) -> dict:
@@ -222,7 +232,7 @@ class Trainer:
         if not self.output.checkpoints:
             return False
         state = self.trainer_state()
-        if self.ref_sync.active:  # the mixed reference is run state too (not in trainer_state: it runs every step)
+        if self.ref_sync:  # the mixed reference is run state too (not in trainer_state: it runs every step)
             state["reference"] = self.ref_sync.state_dict()
         save_checkpoint(self.actor, self.output.output_dir, self.step, state, self.output.save_total_limit,
                         flags=self.run.flags)
@@ -254,11 +264,10 @@ class Trainer:
             self.scorer.close()
             return
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-        validation = PeriodicValidation.from_args(self.args, self.actor, self.tokenizer, self.steps)  # 0 = off
-        best = BestCheckpoint(self.args.save_best_metric, out.output_dir, resumed=self.run.resume is not None)
-        initial = validation.before_train(self.step)  # --eval_before_train: the initial model, logged as step 0
+        initial = self.validation.before_train(self.step) if self.validation else {}  # --eval_before_train: step 0
         if initial:
-            initial.update(best.consider(0, initial, self.actor, self.tokenizer))
+            if self.best:
+                initial.update(self.best.consider(0, initial, self.actor, self.tokenizer))
             self.metrics.log(0, initial)
         bar = tqdm(total=self.steps, initial=self.step, desc="train", disable=self.rank != 0, dynamic_ncols=True)
         while self.step < self.steps:
@@ -274,10 +283,7 @@ class Trainer:
                     self.save()
                 raise
             self.step += 1
-            metrics.update(validation.after_step(self.step))
-            metrics.update(best.consider(self.step, metrics, self.actor, self.tokenizer))  # --save_best_metric
-            self.metrics.log(self.step, metrics)
-            self.metrics.log_completions(self.step, self.completion_samples)
+            self.log_step(metrics)
             if self.rank == 0:
                 bar.write(self.metrics.console_line(self.step, metrics))
             bar.update(1)

@@ -70,6 +70,10 @@ class Rollout:
     def response_ids(self) -> torch.Tensor:
         return self.input_ids[:, self.prompt_len:]
 
+    def truncated(self, eos_ids) -> torch.Tensor:
+        """Tensor[N] bool: the rows with a model turn that ran out of --max_answer_seq_len (truncated_rows)."""
+        return truncated_rows(self.turn_ids, self.response_ids, eos_ids)
+
     def __len__(self):
         return self.input_ids.shape[0]
 
@@ -88,3 +92,20 @@ class GlobalBatch:
     def component_matrix(self) -> torch.Tensor:
         """Tensor[N, K], columns in the order of `components`."""
         return torch.stack(list(self.components.values()), dim=1)
+
+
+def truncated_rows(turn_ids: torch.Tensor, response_ids: torch.Tensor, eos_ids) -> torch.Tensor:
+    """Tensor[N] bool: rows in which some model turn ended without an EOS token, i.e. ran out of --max_answer_seq_len
+    (TRL's `is_truncated`; for multi-turn rows, credo's reading: a trajectory is truncated when any of its turns is).
+
+    Args:
+        turn_ids: Tensor[N, R] long, the turn index of each model token, -1 on feedback and padding (Rollout.turn_ids).
+        response_ids: Tensor[N, R] long, the response part of the token ids (Rollout.response_ids).
+        eos_ids: the ids that end a turn (Sampler.eos_ids).
+    """
+    turn_ids, response_ids = turn_ids.cpu(), response_ids.cpu()
+    model = turn_ids >= 0
+    following = torch.cat([turn_ids[:, 1:], torch.full_like(turn_ids[:, :1], -1)], dim=1)
+    last_of_turn = model & (following != turn_ids)  # a turn's final token: the next token is another turn's or none
+    ends_with_eos = torch.isin(response_ids, torch.tensor(sorted(eos_ids), dtype=response_ids.dtype))
+    return (last_of_turn & ~ends_with_eos).any(dim=1)

@@ -128,12 +128,22 @@ class TensorBoardLogger:
         self.writer.flush()
 
     def log_completions(self, step: int, records: list):
-        from rl.log.completions import markdown_table
         self.writer.add_text("completions", markdown_table(records), step)
         self.writer.flush()
 
     def close(self):
         self.writer.close()
+
+
+def markdown_table(records: list) -> str:
+    """TensorBoard renders text entries as markdown: one row per completion record (rl/log/step_metrics.py)."""
+    def cell(value):
+        return str(value).replace("|", "\\|").replace("\n", "<br>")
+
+    lines = ["| group | prompt | completion | reward | advantage |", "|---|---|---|---|---|"]
+    lines += [f"| {r['group']} | {cell(r['prompt'])} | {cell(r['completion'])} | {cell(r['reward'])} | "
+              f"{cell(r['advantage'])} |" for r in records]
+    return "\n".join(lines)
 
 
 class WandbLogger:

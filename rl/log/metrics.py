@@ -47,7 +47,7 @@ class MetricsLogger:
             logger.log(step, record)
 
     def log_completions(self, step: int, records: list):
-        """One line per completion record (rl/log/completions.py), each with its step."""
+        """One line per completion record (rl/log/step_metrics.py), each with its step."""
         if not self.enabled or not records:
             return
         for logger in self.loggers:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from rl.types import GlobalBatch, Rollout
+from rl.types import GlobalBatch
 
 
 @dataclass
@@ -80,27 +80,27 @@ class Method:
         (rl/rollout/sampling_signals.py: "logp", "entropy", "hidden"); none by default."""
         return frozenset()
 
-    def after_score(self, batch: Rollout, timings: dict) -> dict:
-        """May put method data in batch.extras (the same keys on every rank). Returns metrics."""
-        return {}
+    # Optional hooks: None when the method has none, and then the trainer and the scorer skip the call, so a default
+    # step never enters this file (README, "How one step flows"). A method that has one defines it as a method:
+    #   after_score(self, batch: Rollout, timings: dict) -> dict
+    #       may put method data in batch.extras (the same keys on every rank); returns metrics (TCPO, MAESTRO).
+    #   scalarize(self, batch: Rollout, components: dict) -> Tensor[n]
+    #       called by the scorer instead of its --reward_weights sum of components: a method that mixes rewards per
+    #       response returns this rank's rows' scalar rewards (MAESTRO's Conductor draws each response's weights).
+    #   after_advantages(self, batch: GlobalBatch, advantages: Tensor, timings: dict) -> dict
+    #       sees the batch-global view and its advantages; returns metrics (MAESTRO's Conductor update).
+    after_score = None
+    scalarize = None
+    after_advantages = None
 
     @classmethod
     def weighs_rewards_while_scoring(cls) -> bool:
-        """Whether the method overrides `scalarize` (MAESTRO's Conductor draws each response's weights there)."""
-        return cls.scalarize is not Method.scalarize
-
-    def scalarize(self, batch: Rollout, components: dict):
-        """Called by the scorer: None keeps its weighted sum of components (--reward_weights); a method that mixes
-        rewards per response returns (Tensor[n] scores of this rank's rows, metrics)."""
-        return None
+        """Whether the method has a `scalarize` hook (MAESTRO's Conductor draws each response's weights there)."""
+        return cls.scalarize is not None
 
     def advantages(self, batch: GlobalBatch):
         """(Tensor[N] or Tensor[N, T] advantages, metrics) from the batch-global view."""
         raise NotImplementedError(f"method {self.name!r} defines no advantages")
-
-    def after_advantages(self, batch: GlobalBatch, advantages: torch.Tensor, timings: dict) -> dict:
-        """Sees the batch-global view and its advantages. Returns metrics."""
-        return {}
 
     def state_dict(self) -> dict:
         """A copy (not views of live tensors): the trainer keeps it to undo a step that fails."""

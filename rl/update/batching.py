@@ -1,4 +1,7 @@
-"""Length-sorted micro-batches trimmed to their own padding: the update's forwards skip most pad tokens.
+"""Training-side log-probs: the response tokens' log-probs (and entropy) under the actor or the reference from one
+forward over [prompt | response] (`response_logprobs`, what the loss differentiates; generation lives in
+rl/rollout/samplers.py), and the length-sorted micro-batches, trimmed to their own padding, that every forward of the
+update runs on, so that it skips most pad tokens.
 
 A rollout batch is one [N, P + R] block: prompts left-padded to the longest prompt P, responses right-padded to the
 longest response R. With responses of 16 tokens on average and 48 at most, two thirds of the response columns are
@@ -16,7 +19,30 @@ from dataclasses import dataclass
 
 import torch
 
-from rl.update.logprobs import response_logprobs
+from rewards.lm_tensors import entropy_from_logits, position_ids_from_mask  # noqa: F401 (re-exported)
+
+
+def response_logprobs(model, input_ids, attention_mask, prompt_len: int, temperature: float, with_entropy: bool = False):
+    """Log-probs of the response tokens under `model` (rollout temperature applied, as in sampling).
+
+    Only the R + 1 last positions go through the LM head: the prompt's full-vocabulary logits are never built.
+
+    Args:
+        input_ids, attention_mask: Tensor[B, P + R]; prompt_len: P.
+    Returns:
+        (logp Tensor[B, R], entropy Tensor[B, R] detached or None)
+    """
+    resp_len = input_ids.shape[1] - prompt_len
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids_from_mask(attention_mask),
+                   use_cache=False, logits_to_keep=resp_len + 1).logits[:, :-1, :]
+    logits = logits.float() / temperature  # [B, R, V]: the largest activation of the step
+    targets = input_ids[:, prompt_len:]
+    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():  # a few rows at a time: the softmax temporaries are as large as the logits
+            entropy = torch.cat([entropy_from_logits(rows) for rows in logits.split(4)])
+    return logp, entropy
 
 
 @dataclass

@@ -1,11 +1,9 @@
-"""The step's use of rewards/overlong.py: DAPO's overlong punishment on the scalar reward after scoring, and the
-truncated-completion mask on the loss before the update (both off by default; flags below)."""
+"""DAPO's overlong punishment on the scalar reward after scoring (rewards/overlong.py), and the truncated-completion
+mask on the loss before the update. Both are off by default (flags below); the trainer builds LengthSettings only
+when one is on, so a default step never enters this file."""
 from dataclasses import dataclass
 
-import torch
-
-from rewards.overlong import overlong_penalty, truncated_rows
-from rl.engine import dist
+from rewards.overlong import overlong_penalty
 
 
 @dataclass(frozen=True)
@@ -37,18 +35,13 @@ def punish_overlong(batch, s: LengthSettings):
     return batch
 
 
-def shaping_metrics(batch, inputs, s: LengthSettings, eos_ids) -> dict:
-    """response_length/truncated_frac (every step, on the console line: responses cut at --max_answer_seq_len
-    learn nothing about how to end), and reward/overlong/mean (the mean penalty, 0 = none), over every rank."""
-    truncated = truncated_rows(batch.turn_ids, batch.response_ids, eos_ids)
-    counts = dist.all_reduce(torch.tensor([float(truncated.sum()), float(len(truncated))], dtype=torch.float64))
-    out = {"response_length/truncated_frac": (counts[0] / counts[1].clamp(min=1)).item()}
-    if s.overlong_buffer_len:
-        penalty = overlong_penalty(inputs.lengths, s.max_answer_seq_len, s.overlong_buffer_len,
-                                   s.overlong_penalty_factor)
-        out["reward/overlong/mean"] = penalty.mean().item()
-        out["reward/overlong/frac"] = (penalty < 0).float().mean().item()
-    return out
+def overlong_metrics(inputs, s: LengthSettings) -> dict:
+    """reward/overlong/mean (the mean penalty, 0 = none) and reward/overlong/frac over the batch-global view;
+    {} without --overlong_buffer_len."""
+    if not s.overlong_buffer_len:
+        return {}
+    penalty = overlong_penalty(inputs.lengths, s.max_answer_seq_len, s.overlong_buffer_len, s.overlong_penalty_factor)
+    return {"reward/overlong/mean": penalty.mean().item(), "reward/overlong/frac": (penalty < 0).float().mean().item()}
 
 
 def mask_truncated(batch, s: LengthSettings, eos_ids):
@@ -56,7 +49,7 @@ def mask_truncated(batch, s: LengthSettings, eos_ids):
     metrics saw them: their tokens then weigh nothing in the loss, its KL term and its token count, as TRL's
     completion_mask does. The rows stay in the batch, so every rank keeps its micro-batch count (ZeRO-3)."""
     if s.mask_truncated_completions:
-        keep = ~truncated_rows(batch.turn_ids, batch.response_ids, eos_ids)
+        keep = ~batch.truncated(eos_ids)
         batch.response_mask = batch.response_mask * keep.to(batch.response_mask.device, batch.response_mask.dtype)[:, None]
     return batch
 

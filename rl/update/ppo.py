@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 import torch
 
 from rl.engine import dist
-from rl.update.batching import batched_response_logprobs, micro_batches
+from rl.update.batching import batched_response_logprobs, micro_batches, response_logprobs
 from rl.update.loss import DEFAULT_LOSS_AGG, KL_TYPES, LOSS_AGG_MODES, LOSS_MODES, policy_loss
-from rl.update.logprobs import response_logprobs
 from rl.update.ref_sync import add_ref_sync_flags, validate_ref_sync
 from rl.update.rollout_correction import SamplerMismatch, sampler_logprobs, validate_rollout_correction
 from rl.update.top_entropy import mini_batch_entropy_masks

@@ -19,8 +19,7 @@ import torch
 
 from rl.engine import dist
 from rl.rollout.sampling_signals import checked_signals
-from rl.update.batching import micro_batches
-from rl.update.logprobs import response_logprobs
+from rl.update.batching import micro_batches, response_logprobs
 
 PAD = -1.0  # a sentinel below any entropy (entropies are >= 0), as TRL pads across processes
 

@@ -25,7 +25,7 @@ def reverse_env(tmp_path_factory):
 
 def test_readme_env_plays_multi_turn_episodes_and_its_parts_reach_the_metrics(reverse_env, tiny_model_dir):
     from transformers import AutoModelForCausalLM
-    from rl.log.env_metrics import env_metrics
+    from rl.log.step_metrics import env_metrics
     from rl.rollout.episodes import run_episodes
     from rl.engine.models import load_tokenizer
     from rl.rollout.samplers import SamplerSettings, make_sampler

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from rl.log.completions import completion_records, pick_rows
+from rl.log.step_metrics import completion_records, pick_rows
 from rl.log.loggers import read_metrics
 from rl.log.metrics import MetricsLogger
 from rl.types import Rollout

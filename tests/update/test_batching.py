@@ -1,9 +1,8 @@
 """rl/update/batching.py: length-sorted, trimmed micro-batches change no result, only the padding computed."""
 import torch
 
-from rl.update.batching import batched_response_logprobs, micro_batches
+from rl.update.batching import batched_response_logprobs, micro_batches, response_logprobs
 from rl.update.loss import policy_loss
-from rl.update.logprobs import response_logprobs
 from rl.rollout.tokens import left_pad
 
 

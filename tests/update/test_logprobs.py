@@ -1,7 +1,7 @@
-"""rl/update/logprobs.py: the training forward's positions, log-probs and entropy."""
+"""rl/update/batching.py: the training forward's positions, log-probs and entropy."""
 import torch
 
-from rl.update.logprobs import position_ids_from_mask
+from rl.update.batching import position_ids_from_mask
 
 
 def test_position_ids_skip_left_padding():
@@ -14,7 +14,7 @@ def test_response_logprobs_and_entropy_match_a_full_log_softmax(tiny_model_dir):
     results must equal the plain full-sequence computation."""
     from transformers import AutoModelForCausalLM
 
-    from rl.update.logprobs import response_logprobs
+    from rl.update.batching import response_logprobs
     from rl.rollout.tokens import left_pad
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     torch.manual_seed(0)

@@ -14,8 +14,7 @@ import torch
 
 from rl.config import parse_args
 from rl.types import Rollout
-from rl.update.batching import micro_batches
-from rl.update.logprobs import response_logprobs
+from rl.update.batching import micro_batches, response_logprobs
 from rl.update.loss import policy_loss
 from rl.update.ppo import LossSettings, mini_batch_count, no_grad_logprobs, ppo_update
 from rl.update.step_guard import StepGuard
