@@ -96,3 +96,23 @@ def is_local_model_path(value: str) -> bool:
 if __name__ == "__main__":
     out = sys.argv[1] if len(sys.argv) > 1 else DEFAULT_MODEL_DIR
     print(f"default model ready at {convert_default_model(out)}")
+
+
+def save_tokenizer(tokenizer, folder: str):
+    """tokenizer.save_pretrained(folder) without the truncation and padding that the last batched call left on a fast
+    tokenizer's backend (a prompt batch leaves left truncation at --max_prompt_seq_len): saved as they are, they would
+    sit in the export's tokenizer.json and cut or pad every text that a user encodes with the `tokenizers` library.
+    The backend's state is restored afterwards."""
+    backend = getattr(tokenizer, "_tokenizer", None)
+    truncation, padding = (backend.truncation, backend.padding) if backend is not None else (None, None)
+    if truncation:
+        backend.no_truncation()
+    if padding:
+        backend.no_padding()
+    try:
+        tokenizer.save_pretrained(folder)
+    finally:
+        if truncation:
+            backend.enable_truncation(**truncation)
+        if padding:
+            backend.enable_padding(**padding)

@@ -21,6 +21,7 @@ import torch
 
 from rl.engine import dist
 from rl.engine.lora import base_is_frozen, is_lora, merged_state_dict, save_adapter
+from rl.engine.models import save_tokenizer
 from rl.run.manifest import (MANIFEST_NAME, CheckpointError, FileWriteError, checkpoint_files, describe_failure,
                              file_entries, fsync_dir, read_manifest, route_writes_through_python, save_durably,
                              verify_checkpoint, write_manifest)
@@ -370,7 +371,7 @@ def export_hf(engine, tokenizer, out_dir: str):
         # to the untouched base (not with --no_only_optimize_lora, where the base weights trained too)
         if lora and base_is_frozen(engine.module):
             save_adapter(engine.module, state, os.path.join(tmp, "adapter"))
-        tokenizer.save_pretrained(tmp)
+        save_tokenizer(tokenizer, tmp)  # without the run's last truncation and padding
         shutil.rmtree(out_dir, ignore_errors=True)
         os.rename(tmp, out_dir)
     dist.barrier()

@@ -1,4 +1,5 @@
 """--save_model_only_steps: HF model-only exports between full checkpoints, loadable by from_pretrained."""
+import json
 import os
 
 import pytest
@@ -21,3 +22,7 @@ def test_model_only_exports_land_between_full_checkpoints_and_load(tiny_model_di
     assert exported.keys() == initial.keys()
     assert any(not torch.equal(exported[k], initial[k]) for k in initial)  # the trained weights, not the start
     assert not any(name.endswith((".pt", ".tmp")) for name in os.listdir(os.path.join(out, "hf", "step_2")))
+    # the run encoded its prompts with left truncation and padding; the export's tokenizer carries neither
+    with open(os.path.join(out, "hf", "step_2", "tokenizer.json")) as f:
+        saved = json.load(f)
+    assert saved["truncation"] is None and saved["padding"] is None
