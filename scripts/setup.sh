@@ -24,7 +24,9 @@ PYTHON=${PYTHON:-python3}
 . .venv/bin/activate
 
 quiet_pip() {  # pip prints one warning per missing local index folder on this machine; keep real errors
-  python -m pip install -q --disable-pip-version-check "$@" 2>&1 | { grep -v "^WARNING: Location" || true; }
+  # --no-compile: pip would byte-compile every installed file on one core (about 35 s here); Python compiles what
+  # is imported, once, on first import
+  python -m pip install -q --disable-pip-version-check --no-compile "$@" 2>&1 | { grep -v "^WARNING: Location" || true; }
   return "${PIPESTATUS[0]}"
 }
 
@@ -64,4 +66,13 @@ if [ "$credo_root" != "$(pwd -P)" ]; then
 fi
 
 python -m rl.engine.models >/dev/null  # converts the default model once; a no-op afterwards
-echo "[setup] ready: $(python -c 'import torch, deepspeed, transformers; print(f"torch {torch.__version__}, deepspeed {deepspeed.__version__}, transformers {transformers.__version__}")')"
+# DeepSpeed's CPU shared-memory comm op, built once here (about 30 s) where a first launch would otherwise build it
+# while others wait on its lock (rl/engine/dist.py); a quick load once built
+comm_op=".cache/torch_extensions/.built-$(python -c 'import os, sys; print(os.path.basename(sys.prefix))')"
+if [ ! -f "$comm_op" ]; then
+  python -c "import os; from rl.engine.dist import own_extensions_dir as own, load_shm_comm_op as load; \
+d = os.environ.get('TORCH_EXTENSIONS_DIR', own()); load(d, owned=os.path.abspath(d) == own())" >/dev/null 2>&1 \
+    && touch "$comm_op" || echo "[setup] note: DeepSpeed's comm op was not prebuilt; the first launch builds it" >&2
+fi
+# versions from the installed metadata: importing torch and deepspeed here would cost seconds on every call
+echo "[setup] ready: $(python -c 'from importlib.metadata import version as v; print(", ".join(f"{p} {v(p)}" for p in ("torch", "deepspeed", "transformers")))')"

