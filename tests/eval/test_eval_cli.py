@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -22,6 +23,9 @@ def eval_in_process(args, capsys):
     code as run_eval without a new interpreter's imports (seconds each); run_eval stays where the results of two
     processes are compared (the thread count must match) and under the launcher."""
     capsys.readouterr()  # only this call's output
+    if "--output_dir" not in args and os.path.abspath(os.getcwd()) == os.path.abspath(REPO_ROOT):
+        # eval.py's default folder is relative (output/eval_<env>_<time>): not into the checkout
+        args = [*args, "--output_dir", tempfile.mkdtemp(prefix="eval_in_process_")]
     code = 0
     try:
         eval_cli.main(args)
