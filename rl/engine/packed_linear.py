@@ -10,8 +10,8 @@ AVX-512, fp32, 32 rows x 48 tokens, greedy): 7.65 -> 5.14 s a call, greedy token
 (one linear's outputs differ by about 1e-5), so the recorded log-probs move a little further from the training
 forward's (the rollout/ mismatch metrics show it).
 
-Cost: one extra copy of the weights while generating, and a reorder (~0.3 s for SmolLM2-135M) whenever a weight has
-changed since its last packing: each rollout after an update, once per rollout for every multi-turn call after.
+Cost: one extra copy of the weights, and a reorder (~0.3 s for SmolLM2-135M) of every weight at the first
+generation after each optimizer step (PackedLinears says when).
 """
 import contextlib
 
@@ -26,36 +26,38 @@ def available(model) -> bool:
 
 
 class PackedLinears:
-    """The packed copies of one model's Linear weights, kept across rollouts and re-packed only where a weight changed
-    (its tensor version, bumped by every in-place update such as the optimizer's, or its storage, new after a ZeRO-3
-    gather)."""
+    """The packed copies of one model's Linear weights, kept across the calls of one step (multi-turn turns, TCPO's
+    counterfactuals, validation) and re-packed where a weight may have changed: a new optimizer step (the engine's
+    global_steps; an update through `param.data.copy_`, as DeepSpeed's mixed-precision optimizers write the bf16
+    weights, bumps no tensor version), a new in-place version (a plain optimizer), or new storage (a ZeRO-3 gather)."""
 
     def __init__(self):
-        self.packed = {}  # the Linear module -> (weight's data_ptr, weight's _version, packed weight)
+        self.packed = {}  # the Linear module -> ((data_ptr, _version, step), packed weight)
 
-    def weight_for(self, linear: torch.nn.Linear, rows: int) -> torch.Tensor:
+    def weight_for(self, linear: torch.nn.Linear, rows: int, step=None) -> torch.Tensor:
         w = linear.weight
-        key = (w.data_ptr(), w._version)
+        key = (w.data_ptr(), w._version, step)
         entry = self.packed.get(linear)
-        if entry is None or entry[:2] != key:
-            entry = (*key, torch.ops.mkldnn._reorder_linear_weight(w.detach(), rows))
-            self.packed[linear] = entry
-        return entry[2]
+        if entry is None or entry[0] != key:
+            entry = self.packed[linear] = (key, torch.ops.mkldnn._reorder_linear_weight(w.detach(), rows))
+        return entry[1]
 
     @contextlib.contextmanager
-    def applied(self, model, rows: int):
+    def applied(self, model, rows: int, step=None):
         """Every nn.Linear of `model` forwards through its packed weight inside the block, as it was after it.
-        rows: the batch size the reorder is tuned for (any row count works)."""
+        rows: the batch size the reorder is tuned for (any row count works); step: the optimizer steps taken so far
+        (a DeepSpeed engine's global_steps; None for a model that does not train)."""
         linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
         with torch.no_grad():
             for linear in linears:
-                linear.forward = _packed_forward(linear, self.weight_for(linear, rows))
+                linear.forward = _packed_forward(linear, self.weight_for(linear, rows, step))
         try:
             yield model
         finally:
             for linear in linears:
                 del linear.forward  # the class's forward again
-            self.packed = {m: e for m, e in self.packed.items() if m in set(linears)}  # drop modules now gone
+            present = set(linears)
+            self.packed = {m: e for m, e in self.packed.items() if m in present}  # drop modules now gone
 
 
 def _packed_forward(linear: torch.nn.Linear, packed: torch.Tensor):

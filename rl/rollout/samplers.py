@@ -144,7 +144,7 @@ class _ActorSampler(Sampler):
             was_training = model.training
             model.eval()
             if self.packs is not None and packed_available(model):  # --cpu_packed_weights
-                with self.packs.applied(model, rows=len(contexts)):
+                with self.packs.applied(model, rows=len(contexts), step=getattr(self.engine, "global_steps", None)):
                     responses, recorded = self.decode(model, ids, mask, signals)
             else:
                 responses, recorded = self.decode(model, ids, mask, signals)

@@ -41,14 +41,29 @@ def test_an_in_place_weight_update_is_repacked_and_an_unchanged_one_is_not(tiny_
     with torch.no_grad():
         with packs.applied(model, rows=2):
             model(input_ids=ids)
-        kept = {m: e[2] for m, e in packs.packed.items()}
+        kept = {m: e[1] for m, e in packs.packed.items()}
         model.lm_head.weight.mul_(2.0)  # what an optimizer step does: in place
         plain = model(input_ids=ids).logits
         with packs.applied(model, rows=2):
             packed = model(input_ids=ids).logits
     torch.testing.assert_close(packed, plain, atol=1e-4, rtol=1e-4)  # the new weight, not the stale copy
-    assert packs.packed[model.lm_head][2] is not kept[model.lm_head]
-    assert packs.packed[model.model.layers[0].mlp.up_proj][2] is kept[model.model.layers[0].mlp.up_proj]
+    assert packs.packed[model.lm_head][1] is not kept[model.lm_head]
+    assert packs.packed[model.model.layers[0].mlp.up_proj][1] is kept[model.model.layers[0].mlp.up_proj]
+
+
+def test_an_update_that_bumps_no_version_is_repacked_at_the_next_optimizer_step(tiny_model_dir):
+    """DeepSpeed's mixed-precision optimizers write the weights through param.data.copy_, which no version counter
+    sees: the engine's step count is what tells the packs a new step has come."""
+    model, packs = _model(tiny_model_dir), PackedLinears()
+    ids = torch.randint(0, model.config.vocab_size, (2, 5))
+    with torch.no_grad():
+        with packs.applied(model, rows=2, step=0):
+            model(input_ids=ids)
+        model.lm_head.weight.data.copy_(model.lm_head.weight * 2.0)  # no version bump
+        plain = model(input_ids=ids).logits
+        with packs.applied(model, rows=2, step=1):
+            packed = model(input_ids=ids).logits
+    torch.testing.assert_close(packed, plain, atol=1e-4, rtol=1e-4)
 
 
 def test_the_decode_loop_with_packed_weights_decodes_greedily_as_without(tiny_model_dir):
