@@ -54,8 +54,31 @@ def workload(model_dir: str):
     return tok, ids, mask, contexts, [tok.eos_token_id]
 
 
+def logp_gap(model, ids, mask, eos, pad_id, temperature, max_new, context) -> dict:
+    """The log-probs credo's loop records while sampling (inside `context`: the packed weights for credo_packed) vs
+    the training forward's (rl.update.batching.batched_response_logprobs, the update's own micro-batched forward on
+    the plain weights) over the same [prompt | response]: max and 99th-percentile |difference| (issue #64 item 2's
+    exactness; its target is 1e-5 in fp32)."""
+    import torch
+
+    from rl.rollout.decode import sample_batch_with_signals
+    from rl.update.batching import batched_response_logprobs
+    torch.manual_seed(0)
+    with context():
+        out, recorded = sample_batch_with_signals(model, ids, mask, max_new, eos, temperature, signals={"logp"})
+    width = max(len(r) for r in out)
+    response = torch.tensor([r + [pad_id] * (width - len(r)) for r in out])
+    resp_mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in out])
+    with torch.no_grad():
+        want = batched_response_logprobs(model, torch.cat([ids, response], 1), torch.cat([mask, resp_mask], 1),
+                                         ids.shape[1], temperature, micro=8)
+    got = torch.tensor([sig.logp + [0.0] * (width - len(sig.logp)) for sig in recorded])
+    gap = (got - want.float())[resp_mask.bool()].abs()
+    return {"max": gap.max().item(), "p99": gap.quantile(0.99).item(), "tokens": int(resp_mask.sum())}
+
+
 def build_generate(engine: str, dtype_name: str, model_dir: str):
-    """generate(ignore_eos: bool) -> tokens generated, for one engine in this process."""
+    """(generate(ignore_eos: bool) -> tokens generated, facts about the engine) for one engine in this process."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -70,11 +93,15 @@ def build_generate(engine: str, dtype_name: str, model_dir: str):
         from rl.rollout.decode import sample_batch
         packs = PackedLinears()
 
+        def context():
+            return packs.applied(model, len(ids)) if engine == "credo_packed" else contextlib.nullcontext()
+
         def generate(ignore_eos):  # no id is -1: nothing ends a response
-            with packs.applied(model, len(ids)) if engine == "credo_packed" else contextlib.nullcontext():
+            with context():
                 out = sample_batch(model, ids, mask, MAX_NEW, [-1] if ignore_eos else eos, TEMPERATURE)
             return sum(len(r) for r in out)
-        return generate
+        return generate, {"logp_gap": logp_gap(model, ids, mask, eos, tok.pad_token_id, TEMPERATURE, MAX_NEW,
+                                                context)}
     if engine == "hf_generate":
         from rl.rollout.tokens import response_mask_from_ids
         model.generation_config.eos_token_id = None  # EOS only where a call names it
@@ -85,7 +112,7 @@ def build_generate(engine: str, dtype_name: str, model_dir: str):
                                      temperature=TEMPERATURE, top_k=None, top_p=1.0, pad_token_id=eos[0],
                                      eos_token_id=None if ignore_eos else eos, use_cache=True)[:, ids.shape[1]:]
             return out.numel() if ignore_eos else int(response_mask_from_ids(out, eos).sum())
-        return generate
+        return generate, {}
     from types import SimpleNamespace
 
     from benchmarks.ports import free_port
@@ -107,16 +134,16 @@ def build_generate(engine: str, dtype_name: str, model_dir: str):
                                 detokenize=False, stop_token_ids=None if ignore_eos else eos)
         outputs = backend.llm.generate(prompts, sampling_params=params, use_tqdm=False)
         return sum(len(o.outputs[0].token_ids) for o in outputs)
-    return generate
+    return generate, {}
 
 
 def serve(engine: str, dtype_name: str, model_dir: str):
     """The engine process: build, warm up each mode once, then answer one JSON request per stdin line."""
     import torch
-    generate = build_generate(engine, dtype_name, model_dir)
+    generate, facts = build_generate(engine, dtype_name, model_dir)
     for mode in MODES:
         generate(mode == "eos_ignored")
-    print(TAG + json.dumps({"ready": True, "threads": torch.get_num_threads()}), flush=True)
+    print(TAG + json.dumps({"ready": True, "threads": torch.get_num_threads(), **facts}), flush=True)
     for line in sys.stdin:
         request = json.loads(line)
         torch.manual_seed(request["seed"])
@@ -217,6 +244,11 @@ def report(r: dict) -> str:
                              f"{s['tokens_per_cpu_s']:.1f} | {100 * s['roofline']:.1f}% | {ratio} |")
         lines.append(f"| {dtype} | probe | - | peak {block['peak_gflops']:.1f} GFLOP/s | - | - | "
                      f"{block['flops_per_token'] / 1e9:.3f} GFLOP/token | - |")
+    gaps = [(dtype, engine, gap) for dtype, block in r["dtypes"].items()
+            for engine, gap in block.get("logp_gap", {}).items()]
+    lines += [""] if gaps else []
+    lines += [f"- {dtype}, {engine}: recorded log-probs vs the training forward, max |diff| {gap['max']:.1e}, 99th "
+              f"percentile {gap['p99']:.1e}, over {gap['tokens']} sampled tokens." for dtype, engine, gap in gaps]
     return "\n".join(lines) + "\n"
 
 
@@ -266,6 +298,8 @@ def main():
                 python = a.vllm_python if engine == "vllm" else sys.executable
                 procs[engine] = EngineProcess(engine, dtype, model, python, os.path.join(logs, f"{engine}_{dtype}.log"))
                 procs[engine].signal(signal.SIGSTOP)
+                if "logp_gap" in procs[engine].info:
+                    block.setdefault("logp_gap", {})[engine] = procs[engine].info["logp_gap"]
                 print(f"[bench] {engine} {dtype} ready", flush=True)
             for rep in range(a.repeats):
                 order = engines if rep % 2 == 0 else engines[::-1]
