@@ -1,0 +1,116 @@
+"""The main job side by side (issue #64 item 4): `bash scripts/train.sh` as it is (A) and with extra flags (B, by default
+--cpu_packed_weights), seed by seed in one invocation on one machine, the order alternating from seed to seed.
+
+    python benchmarks/main_job_ab.py --seeds 1,2,3 [--b_args "--cpu_packed_weights"]   # runs what is missing
+    python benchmarks/main_job_ab.py --seeds 1,2,3 --report                             # runs nothing
+
+Deciding quantities, fixed before the runs:
+  1. seconds per step: each run's mean time/step over its steps after the first (the first warms up), B / A per seed,
+     mean over seeds +- its standard error; the issue's target is B at least 15% lower (a ratio <= 0.85);
+  2. the gain in greedy held-out pass@1 (final - initial, scripts/train.sh's evals), B - A per seed, mean +- SE: the
+     same gain means a difference within its standard error of 0.
+Runs go to output/main_job_ab/{a,b}/seed_S (a seed is done once its eval_final/results.json exists; an interrupted
+one starts over); the slim records (benchmarks/main_job_seeds.py's) to benchmarks/results/archive/main_job_ab/, from
+which --report reproduces the result. Run it alone on the machine: the two arms must see the same load.
+"""
+import argparse
+import json
+import math
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if sys.path[:1] != [REPO]:
+    sys.path.insert(0, REPO)
+
+from benchmarks.archive_pack import pack, unpacked  # noqa: E402
+from benchmarks.main_job_seeds import archive, read_seed  # noqa: E402
+from benchmarks.paired import paired  # noqa: E402
+from benchmarks.results_io import cpu_model, write_results  # noqa: E402
+
+ARMS = ("a", "b")
+
+
+def run(seed: int, output: str, extra: list):
+    started = time.time()
+    shutil.rmtree(output, ignore_errors=True)  # an interrupted run starts over, never half-reused
+    code = subprocess.run(["bash", "scripts/train.sh", *extra], cwd=REPO,
+                          env=dict(os.environ, SEED=str(seed), OUTPUT=output)).returncode
+    if code != 0:
+        sys.exit(f"main_job_ab: scripts/train.sh {' '.join(extra)} failed for seed {seed} (exit {code}); log: "
+                 f"{output}/training.log")
+    with open(os.path.join(output, "wall_seconds.json"), "w") as f:
+        json.dump({"wall_seconds": time.time() - started}, f)
+
+
+def steady_seconds_per_step(run_dir: str) -> float:
+    rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl")) if line.strip()]
+    later = [r["time/step"] for r in rows if r["step"] > 1]
+    return sum(later) / len(later)
+
+
+def mean_se(values: list) -> tuple:
+    n = len(values)
+    mean = sum(values) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else float("nan")
+    return mean, sd / math.sqrt(n)
+
+
+def summarize(seeds, runs_dir: str, b_args: str) -> dict:
+    arms = {arm: {s: read_seed(os.path.join(runs_dir, arm, f"seed_{s}")) for s in seeds} for arm in ARMS}
+    for arm in ARMS:
+        for s in seeds:
+            arms[arm][s]["steady_seconds_per_step"] = steady_seconds_per_step(os.path.join(runs_dir, arm, f"seed_{s}"))
+    ratios = [arms["b"][s]["steady_seconds_per_step"] / arms["a"][s]["steady_seconds_per_step"] for s in seeds]
+    gains = paired([arms["b"][s]["gain"] for s in seeds], [arms["a"][s]["gain"] for s in seeds])
+    return {"b_args": b_args, "seeds": list(seeds), "arms": arms, "ratio": mean_se(ratios), "ratios": ratios,
+            "gain_diff": gains, "cpu": cpu_model(), "load_average": os.getloadavg()}
+
+
+def report(r: dict) -> str:
+    ratio, se = r["ratio"]
+    g = r["gain_diff"]
+    lines = ["# The main job side by side (issue #64 item 4)", "",
+             f"A: `SEED=s bash scripts/train.sh`; B: the same with `{r['b_args']}`; one invocation, the order alternating "
+             f"by seed. CPU: {r['cpu']}; load average at report time {r['load_average'][0]:.1f}.", "",
+             "| seed | A s/step | B s/step | B / A | A gain | B gain |", "|---|---|---|---|---|---|"]
+    for s in r["seeds"]:
+        a, b = r["arms"]["a"][s], r["arms"]["b"][s]
+        lines.append(f"| {s} | {a['steady_seconds_per_step']:.2f} | {b['steady_seconds_per_step']:.2f} | "
+                     f"{b['steady_seconds_per_step'] / a['steady_seconds_per_step']:.3f} | {a['gain']:+.3f} | "
+                     f"{b['gain']:+.3f} |")
+    lines += ["", f"Seconds per step (after the first), B / A: **{ratio:.3f} ± {se:.3f}** (mean ± SE over "
+              f"{len(r['seeds'])} seeds; the target is <= 0.85). Gain B - A: **{g['mean_diff']:+.3f} ± {g['se_diff']:.3f}**"
+              f" (paired over seeds; the same gain means within its standard error of 0)."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--seeds", default="1,2,3")
+    p.add_argument("--b_args", default="--cpu_packed_weights", help="train.py flags arm B adds")
+    p.add_argument("--output_root", default=os.path.join(REPO, "output", "main_job_ab"))
+    p.add_argument("--runs_dir", default=os.path.join(REPO, "benchmarks", "results", "archive", "main_job_ab"))
+    p.add_argument("--report", action="store_true", help="run nothing; report from --runs_dir")
+    p.add_argument("--results", default=os.path.join(REPO, "benchmarks", "results", "main_job_ab"))
+    a = p.parse_args(argv)
+    seeds = [int(s) for s in a.seeds.split(",")]
+    unpacked(a.runs_dir)
+    if not a.report:
+        for i, s in enumerate(seeds):
+            for arm in (ARMS if i % 2 == 0 else ARMS[::-1]):
+                output = os.path.join(a.output_root, arm, f"seed_{s}")
+                if not os.path.exists(os.path.join(output, "eval_final", "results.json")):
+                    print(f"main_job_ab: arm {arm} seed {s}: running ({output})", flush=True)
+                    run(s, output, shlex.split(a.b_args) if arm == "b" else [])
+                archive(output, os.path.join(a.runs_dir, arm, f"seed_{s}"))
+            pack(a.runs_dir)
+    write_results(summarize(seeds, a.runs_dir, a.b_args), a.results, report)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+"""benchmarks/main_job_ab.py --report: seconds per step after the first, B / A per seed, and the paired gain
+difference, from the slim records."""
+import json
+
+from benchmarks import main_job_ab
+
+
+def _run(folder, seconds, initial, final):
+    folder.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text("".join(json.dumps({"step": i + 1, "time/step": t}) + "\n"
+                                                  for i, t in enumerate(seconds)))
+    for name, acc in (("eval_initial", initial), ("eval_final", final)):
+        (folder / name).mkdir()
+        (folder / name / "results.json").write_text(json.dumps({"metrics": {"pass@1": acc}, "config": {"limit": 200}}))
+
+
+def test_ratio_skips_the_first_step_and_gains_are_paired(tmp_path):
+    runs = tmp_path / "runs"
+    _run(runs / "a" / "seed_1", [30.0, 10.0, 10.0], 0.2, 0.4)
+    _run(runs / "b" / "seed_1", [40.0, 8.0, 8.0], 0.2, 0.45)
+    _run(runs / "a" / "seed_2", [30.0, 10.0, 12.0], 0.2, 0.5)
+    _run(runs / "b" / "seed_2", [40.0, 8.8, 8.8], 0.2, 0.45)
+    main_job_ab.main(["--seeds", "1,2", "--report", "--runs_dir", str(runs), "--results", str(tmp_path / "ab")])
+    result = json.loads((tmp_path / "ab.json").read_text())
+    assert result["ratios"] == [0.8, 0.8]
+    assert abs(result["gain_diff"]["mean_diff"] - 0.0) < 1e-12  # +0.05 and -0.05
+    assert "**0.800 ± 0.000**" in (tmp_path / "ab.md").read_text()
