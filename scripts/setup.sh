@@ -67,6 +67,10 @@ if [ "$credo_root" != "$(pwd -P)" ]; then
 fi
 
 python -m rl.engine.models >/dev/null  # converts the default model once; a no-op afterwards
+# This checkout's bytecode, written once: where PYTHONDONTWRITEBYTECODE is set (this machine) Python reads .pyc files
+# but never writes them, so each of the suite's ~1,000 interpreters would compile credo's modules again (a quick
+# no-op when they are up to date; an edited file is recompiled in memory, so nothing stale runs)
+python -m compileall -q -j 0 rl rewards envs benchmarks experiments tests train.py eval.py sft.py >/dev/null 2>&1 || true
 # DeepSpeed's CPU shared-memory comm op, built once here (about 30 s) where a first launch would otherwise build it
 # while others wait on its lock (rl/engine/dist.py); a quick load once built
 comm_op=".cache/torch_extensions/.built-$(python -c 'import os, sys; print(os.path.basename(sys.prefix))')"
