@@ -15,7 +15,6 @@ which --report reproduces the result. Run it alone on the machine: the two arms 
 """
 import argparse
 import json
-import math
 import os
 import shlex
 import shutil
@@ -29,7 +28,7 @@ if sys.path[:1] != [REPO]:
 
 from benchmarks.archive_pack import pack, unpacked  # noqa: E402
 from benchmarks.main_job_seeds import archive, read_seed  # noqa: E402
-from benchmarks.paired import paired  # noqa: E402
+from benchmarks.paired import mean_se, paired  # noqa: E402
 from benchmarks.results_io import cpu_model, write_results  # noqa: E402
 
 ARMS = ("a", "b")
@@ -51,13 +50,6 @@ def steady_seconds_per_step(run_dir: str) -> float:
     rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl")) if line.strip()]
     later = [r["time/step"] for r in rows if r["step"] > 1]
     return sum(later) / len(later)
-
-
-def mean_se(values: list) -> tuple:
-    n = len(values)
-    mean = sum(values) / n
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else float("nan")
-    return mean, sd / math.sqrt(n)
 
 
 def summarize(seeds, runs_dir: str, b_args: str) -> dict:

@@ -9,6 +9,16 @@ import math
 import numpy as np
 
 
+def mean_se(values) -> tuple:
+    """(mean, standard error of the mean: sample sd / sqrt(n)); the SE is NaN for fewer than 2 values."""
+    values = [float(v) for v in values]
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, math.nan
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+
+
 def sign_test_p(wins: int, losses: int) -> float:
     """Two-sided exact binomial sign test on the non-tied pairs (ties are dropped, the usual convention)."""
     n = wins + losses

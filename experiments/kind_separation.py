@@ -13,8 +13,8 @@ reward the one with the highest mean `maestro/level/<kind>/<reward>` over the fi
 Conductor's meta-reward ranks: rl/advantages/maestro.py)?
 """
 import argparse
-import math
 
+from benchmarks.paired import mean_se
 from benchmarks.results_io import print_and_write
 from experiments.sweep_curves import load_runs
 
@@ -30,15 +30,6 @@ def kind_means(rows: list, kind: str, last: int, prefix: str = PREFIX, first: bo
     logged = logged[:last] if first else logged[-last:]
     rewards = sorted({k[len(head):] for r in logged for k in r if k.startswith(head)})
     return {name: sum(r[head + name] for r in logged) / len(logged) for name in rewards} if logged else {}
-
-
-def mean_se(values: list) -> tuple:
-    """(mean, standard error of the mean); SE is NaN for fewer than 2 values."""
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return mean, math.nan
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
 
 
 def fmt(value: float, signed: bool = True) -> str:

@@ -7,13 +7,12 @@ run's summed bias gradient into its expected and drawn parts.
 """
 import argparse
 import json
-import math
 import os
 
 import torch
 
 from experiments.mechanisms.maestro_meta_reward import ALL, REPO, cumulative, find, read_jsonl, window_stats
-from benchmarks.paired import PAIRED_HEADER, format_paired_row, paired
+from benchmarks.paired import PAIRED_HEADER, format_paired_row, mean_se, paired
 from experiments.mechanisms.report import write
 
 
@@ -36,11 +35,6 @@ def at_top(run_dir: str, names: list, windows, flipped=()) -> list:
         out.append((first, last, [sum(r["components"][n] == top[n] for r in picked) / max(len(picked), 1)
                                   for n in names]))
     return out
-
-
-def mean_se(values: list) -> tuple:
-    t = torch.tensor(values, dtype=torch.float64)
-    return float(t.mean()), (float(t.std() / math.sqrt(len(t))) if len(t) > 1 else float("nan"))
 
 
 def summarize(paths: list, baseline: list = ()) -> dict:

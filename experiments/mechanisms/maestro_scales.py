@@ -32,7 +32,7 @@ import time
 
 import torch
 
-from benchmarks.paired import PAIRED_HEADER, format_paired_row, paired
+from benchmarks.paired import PAIRED_HEADER, format_paired_row, mean_se, paired
 from experiments.mechanisms.report import environment, testbed_main
 from rl.advantages import maestro
 from rl.advantages.maestro import scale_rewards
@@ -131,11 +131,6 @@ def run(seeds, setup: dict = SETUP) -> dict:
             "p_one": P_ONE.tolist(), "perturbations": PERTURBATIONS, "conditions": CONDITIONS, "runs": arms,
             "comparisons": comparisons, "start_signal": signal, "batch_rank_runs_identical": identical,
             "seconds": time.time() - t0, "environment": environment()}
-
-
-def mean_se(xs) -> tuple:
-    t = torch.tensor(xs, dtype=torch.float64)
-    return float(t.mean()), float(t.std() / math.sqrt(len(t))) if len(t) > 1 else float("nan")
 
 
 def report(result: dict) -> str:
