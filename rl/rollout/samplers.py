@@ -259,8 +259,9 @@ def add_sampling_flags(p):
     g.add_argument("--cpu_packed_weights", action="store_true",
                    help="with --rollout_backend hf on a CPU: while the actor generates, its linear layers run on "
                         "copies of their weights prepacked for oneDNN (as vLLM-CPU does), repacked after each update: "
-                        "1.5x faster decoding of the CPU default model in fp32, greedy tokens identical, log-probs "
-                        "within about 1e-5 of the plain kernel's; one extra copy of the weights "
+                        "1.44x faster decoding of the CPU default model in fp32, about the same in bf16, greedy tokens "
+                        "unchanged, log-probs a little further from the training forward's "
+                        "(benchmarks/results/rollout_engines.md); one extra copy of the weights "
                         "(rl/engine/packed_linear.py). Off by default until the main job's A/B is measured")
     g.add_argument("--rollout_backend", choices=("hf", "vllm"), default="hf",
                    help="hf: the actor generates (ZeRO-3 gathered once, HF generate; or --enable_hybrid_engine); "
