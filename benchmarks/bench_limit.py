@@ -2,7 +2,8 @@
 measured in the same run, on the same cores and in the same dtype.
 
 Train FLOPs (credo's reading of the usual 6 N T rule, Kaplan et al. 2020, with the LM head counted apart because
-credo runs it on the response positions only, rl/update/batching.py):
+credo runs it on the response positions only, rl/update/batching.py; the trainer logs the same count per step as
+perf/mfu/actor, rl/log/step_metrics.py):
 
     train FLOPs = 6 x N_body x T_seq  +  6 x d x V x T_head
 
@@ -25,28 +26,27 @@ import time
 
 import torch
 
+from rl.log.step_metrics import flop_shape, update_flops
+
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def model_shape(model_dir: str) -> dict:
     """{'body_params', 'hidden', 'vocab', 'intermediate'} of an HF causal LM folder, counted on the meta device
-    (no weights loaded)."""
+    (no weights loaded) as the trainer counts its model for perf/mfu/actor (rl.log.step_metrics.flop_shape)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(model_dir)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
-    embedding = model.get_input_embeddings().weight
-    head = model.get_output_embeddings().weight
-    outside_body = {id(embedding), id(head)}
-    body = sum(p.numel() for p in model.parameters() if id(p) not in outside_body)
+    body, _ = flop_shape(model)
     return {"body_params": body, "hidden": config.hidden_size, "vocab": config.vocab_size,
             "intermediate": getattr(config, "intermediate_size", 4 * config.hidden_size)}
 
 
 def train_flops(shape: dict, seq_tokens: float, head_tokens: float) -> float:
-    """Forward + backward FLOPs of an update (formula in the module docstring)."""
-    return 6.0 * shape["body_params"] * seq_tokens + 6.0 * shape["hidden"] * shape["vocab"] * head_tokens
+    """Forward + backward FLOPs of an update: the trainer's own count (rl.log.step_metrics.update_flops)."""
+    return update_flops(shape["body_params"], shape["hidden"] * shape["vocab"], seq_tokens, head_tokens)
 
 
 def matmul_probe(dtype: torch.dtype, m: int, k: int, n: int, seconds: float = 2.0, threads: int = None) -> dict:

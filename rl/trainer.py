@@ -19,7 +19,9 @@ from rl.rollout.dynamic_sampling import FilterGroupsExhausted, FilterSettings, c
 from rl.engine.actor import EngineSettings, build_actor, build_reference, set_cpu_threads
 from rl.update.length_shaping import LengthSettings, mask_truncated, overlong_metrics, punish_overlong
 from rl.log.metrics import MetricsLogger
-from rl.log.step_metrics import advantage_metrics, completion_records, env_metrics, response_metrics, timing_metrics
+from rl.log.step_metrics import (UpdateRoofline, advantage_metrics, completion_records, env_metrics, flop_shape,
+                                 response_metrics, timing_metrics, update_roofline_metrics)
+from rl.engine.hardware import peak_flops
 from rl.engine.models import load_tokenizer
 from rl.rollout.episodes import EpisodeSettings, run_episodes
 from rl.rollout.samplers import SamplerSettings, make_sampler
@@ -73,6 +75,9 @@ class Trainer:
             args.per_device_generation_batch_size, self.world, args.num_generations, args.ppo_mini_batch_size))
         self.actor = build_actor(engine_settings, self.world, args.max_steps)
         self.reference = build_reference(engine_settings, self.world, self.actor)
+        # perf/mfu/actor's denominator: the model's FLOP shape and this rank's measured matmul peak
+        self.roofline = UpdateRoofline(*flop_shape(self.actor.module), peak_flops(
+            next(self.actor.module.parameters()).dtype, self.actor.device))
         # who generates (rl/rollout/samplers.py): --rollout_backend, --decode_loop
         self.sampler = make_sampler(SamplerSettings.from_args(args), self.actor, self.tokenizer)
         self.scorer.attach_policy(self.actor, self.tokenizer)  # --reward_funcs ppl / ent / fmt / len / pref
@@ -176,6 +181,7 @@ class Trainer:
         tally = ppo_update(self.actor, batch, settings, self.guard)
         timings["train"] = time.perf_counter() - t0
         out = tally.metrics(with_kl=self.reference is not None)
+        out.update(update_roofline_metrics(self.roofline, tally))  # perf/mfu/actor
         out["actor/grad_norm"] = self.guard.grad_norm(self.actor.get_global_grad_norm())
         out["actor/lr"] = float(self.actor.get_lr()[0])
         out.update(self.guard.end_step(self.step + 1, out["actor/grad_norm"]))

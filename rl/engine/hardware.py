@@ -1,4 +1,5 @@
-"""What the machine does fast: which dtype `--dtype auto` means here.
+"""What the machine does fast: which dtype `--dtype auto` means here, and its matmul peak (perf/mfu/actor's
+denominator).
 
 On a CPU the answer is measured, not read off the instruction-set name: a bf16 matmul probe against an fp32 one of
 the same shape (issue #41). An instruction-set name is not enough: AVX-512 BF16 or AMX may be present but unused by
@@ -59,19 +60,44 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def matmul_gflops(dtype: torch.dtype, seconds: float = 0.2, shape: tuple = PROBE_SHAPE) -> float:
-    """GFLOP/s of `a @ b` with a: [m, k], b: [k, n] in `dtype` over about `seconds` (after two warm-up calls)."""
+def matmul_gflops(dtype: torch.dtype, seconds: float = 0.2, shape: tuple = PROBE_SHAPE, device="cpu") -> float:
+    """GFLOP/s of `a @ b` with a: [m, k], b: [k, n] in `dtype` on `device` over about `seconds` (after two warm-up
+    calls)."""
     m, k, n = shape
-    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
+    a, b = torch.randn(m, k, device=device).to(dtype), torch.randn(k, n, device=device).to(dtype)
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     for _ in range(2):
         a @ b
+    sync()
     calls, start = 0, time.perf_counter()
     while True:
         a @ b
         calls += 1
+        sync()
         elapsed = time.perf_counter() - start
         if elapsed >= seconds:
             return 2 * m * k * n * calls / elapsed / 1e9
+
+
+# On a GPU the probe needs a shape large enough to fill the device (PROBE_SHAPE is a CPU micro-batch's).
+CUDA_PROBE_SHAPE = (8192, 8192, 8192)
+
+
+def peak_flops(dtype: torch.dtype, device) -> float:
+    """One rank's matmul peak in FLOP/s, the denominator of perf/mfu/actor (rl/log/step_metrics.py).
+
+    CPU: the kept probe of measured_bf16_speedup() (fp32 or bf16 at PROBE_SHAPE), scaled from the probe's thread
+    count to this rank's (credo's reading: linear in threads, so two ranks of one thread each share the machine's
+    peak). NaN for a dtype the probe does not measure (fp16 on a CPU). CUDA: a 0.2 s probe at CUDA_PROBE_SHAPE on
+    the device (credo's reading: measured, where verl's FlopsCounter divides by the card's datasheet peak)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return matmul_gflops(dtype, 0.2, CUDA_PROBE_SHAPE, device) * 1e9
+    key = {torch.float32: "fp32_gflops", torch.bfloat16: "bf16_gflops"}.get(dtype)
+    if key is None:
+        return float("nan")
+    record = measured_bf16_speedup()
+    return float(record[key]) * 1e9 * torch.get_num_threads() / max(int(record.get("threads", 1)), 1)
 
 
 def probe_bf16(seconds: float = 0.2) -> dict:

@@ -1,11 +1,13 @@
 """What one training step reports, assembled for rl/log/metrics.py: the responses' lengths and truncation, the
-advantages, the env's own numbers, the timings and throughput, and a few completions as records (TRL's
+advantages, the env's own numbers, the timings and throughput, the update against the machine's peak (MFU), and a few
+completions as records (TRL's
 `log_completions`, verl's logged generations). The reward metrics come from rl/scoring.py, the method's from
 rl/methods/, the update's from rl/update/ppo.py; the trainer merges them in the order of the step.
 
 Every metric here is batch-global (all ranks): each function that reduces is a collective every rank calls.
 """
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -79,6 +81,48 @@ def timing_metrics(timings: dict, generated_tokens: int) -> dict:
     m["throughput/generated_tokens_per_s"] = generated_tokens / max(m["time/generate"], 1e-9)
     m["throughput/tokens_per_s"] = generated_tokens / step
     return m
+
+
+# --- the update against the machine's peak ----------------------------------------------------------------------
+# Update FLOPs, credo's reading of the usual 6 N T rule (Kaplan et al. 2020), with the LM head counted apart because
+# credo runs it on the response positions only (rl/update/batching.py):
+#     6 x N_body x T_seq + 6 x d x V x T_head
+# N_body: parameters outside the token embedding and the LM head (the embedding is a lookup, not a matmul); T_seq:
+# tokens through the body (padded micro-batch rows x columns); d x V: the LM head's matmul; T_head: positions through
+# the head; 6 = 2 (multiply-add) x (1 forward + 2 backward). Attention's score and value products are left out (under
+# 2% at credo's CPU contexts of ~100 tokens; verl's FlopsCounter adds them). With LoRA the frozen weights get no
+# weight gradient, so the true count is nearer 4 N T: the rule is kept, as verl keeps it.
+def update_flops(body_params: float, head_params: float, seq_tokens: float, head_tokens: float) -> float:
+    """The update's forward + backward FLOPs (the rule above); head_params: hidden size x vocabulary."""
+    return 6.0 * body_params * seq_tokens + 6.0 * head_params * head_tokens
+
+
+def flop_shape(model) -> tuple:
+    """(N_body, d x V) of a causal LM, whole or ZeRO-3 partitioned (ds_numel), plain or LoRA-wrapped."""
+    outside = {id(model.get_input_embeddings().weight), id(model.get_output_embeddings().weight)}
+    body = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters() if id(p) not in outside)
+    config = model.config
+    return body, config.hidden_size * config.vocab_size
+
+
+@dataclass(frozen=True)
+class UpdateRoofline:
+    """What perf/mfu/actor needs besides the step: the model's FLOP shape and one rank's peak FLOP/s
+    (rl.engine.hardware.peak_flops, built once by the trainer)."""
+    body_params: float
+    head_params: float
+    peak_flops: float
+
+
+def update_roofline_metrics(roofline: UpdateRoofline, tally) -> dict:
+    """perf/actor_flops_per_s: the update's FLOPs over every rank (update_flops) over the slowest rank's seconds in
+    the update's loop; perf/mfu/actor: that over the ranks' summed peak (verl's `perf/mfu/actor`). The no-grad
+    log-prob passes before the update are not counted in either. tally: rl.update.ppo.UpdateTally."""
+    tokens = dist.all_reduce(torch.tensor([tally.seq_tokens, tally.head_tokens], dtype=torch.float64)).tolist()
+    seconds = max(dist.all_reduce(torch.tensor([tally.seconds], dtype=torch.float64), op="max").item(), 1e-9)
+    achieved = update_flops(roofline.body_params, roofline.head_params, *tokens) / seconds
+    return {"perf/actor_flops_per_s": achieved,
+            "perf/mfu/actor": achieved / (roofline.peak_flops * dist.world_size())}
 
 
 # --- a few completions ---------------------------------------------------------------------------------------------

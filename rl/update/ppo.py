@@ -8,6 +8,7 @@ reduces over ranks in one all_reduce.
 """
 import argparse
 import os
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -108,6 +109,10 @@ class UpdateTally:
     sums: dict = field(default_factory=lambda: {k: 0.0 for k in (*TOKEN_STATS, "loss", "pg_loss", "tokens")})
     rows: float = 0.0                # this rank's responses, and those the update left out (zero advantage)
     rows_skipped: float = 0.0
+    # this rank's forward shapes and seconds, for perf/mfu/actor (rl/log/step_metrics.update_roofline_metrics)
+    seq_tokens: float = 0.0          # tokens through the model's body: rows x columns of every micro-batch forward
+    head_tokens: float = 0.0         # positions through the LM head: rows x (response columns + 1)
+    seconds: float = 0.0             # the epochs' loop: forwards, backwards and optimizer steps
 
     def add(self, stats: dict, loss: float, tokens: float):
         for k in TOKEN_STATS:
@@ -191,6 +196,7 @@ def ppo_update(engine, batch, settings: LossSettings, guard) -> UpdateTally:
         high_entropy, tally.entropy_threshold = mini_batch_entropy_masks(
             engine, batch, mini_rows, settings.top_entropy_quantile, settings.temperature, settings.micro)
     engine.train()
+    started = time.perf_counter()
     for _ in range(settings.ppo_epochs):
         for parts, agg in plan:
             for mb in parts:
@@ -217,6 +223,10 @@ def ppo_update(engine, batch, settings: LossSettings, guard) -> UpdateTally:
                 tokens = float(mask.sum())
                 stats["entropy"] = (entropy * mask).sum() / max(tokens, 1.0)
                 tally.add(stats, float(loss.detach()), tokens)
+                rows, columns = part.input_ids.shape
+                tally.seq_tokens += rows * columns
+                tally.head_tokens += rows * (columns - part.prompt_len + 1)
+    tally.seconds = time.perf_counter() - started
     return tally
 
 

@@ -50,9 +50,10 @@ def test_metrics_are_logged_every_step_with_the_promised_names(zero3_two_rank_ru
     for key in ("reward/mean", "reward/std", "success_rate", "frac_zero_std_groups", "response_length/mean",
                 "response_length/max", "actor/clipfrac", "actor/kl", "actor/entropy", "actor/grad_norm", "actor/lr",
                 "time/gather", "time/generate", "time/reward", "time/train", "time/step",
-                "throughput/tokens_per_s"):
+                "throughput/tokens_per_s", "perf/actor_flops_per_s", "perf/mfu/actor"):
         assert key in rows[-1], key
         assert isinstance(rows[-1][key], float) and math.isfinite(rows[-1][key]), key
+    assert all(0 < r["perf/mfu/actor"] < 1 for r in rows)  # over the two ranks' peak
     assert rows[-1]["actor/kl"] > 0  # the actor moved on after the reference's sync at step 2
     assert [r["ref/synced"] for r in rows] == [0.0, 1.0, 0.0, 1.0]  # --ref_model_sync_steps 2
     assert "step 4 |" in proc.stdout

@@ -107,3 +107,23 @@ def test_leaving_out_zero_advantage_rows_gives_the_same_step(engines, loss_agg_m
     assert full["train/rows_skipped_frac"] == 0.0 and skipped["train/rows_skipped_frac"] == 0.5
     assert full_norm > 0 and skipped_norm == pytest.approx(full_norm, rel=1e-5)
     assert skipped["actor/loss"] == pytest.approx(full["actor/loss"], rel=1e-5, abs=1e-8)
+
+
+def test_the_update_counts_the_forward_shapes_its_mfu_is_made_of(engines):
+    """perf/mfu/actor's numerator counts what the update's forwards ran: each micro-batch trimmed to its own columns
+    (the least left padding, through its last real response token) and the LM head on its response positions + 1."""
+    from rl.log.step_metrics import UpdateRoofline, update_flops, update_roofline_metrics
+    settings = LossSettings(micro=1, ppo_epochs=2, temperature=1.0, clip_ratio_low=0.2, clip_ratio_high=0.2,
+                            clip_ratio_c=3.0, loss_agg_mode="token-mean", beta=0.0, kl_type="k3", norm_len=R,
+                            is_correction="none", is_cap=2.0)
+    guard = StepGuard(max_bad_steps=3, zero_stage=0, checkpoint_dir="unused")
+    guard.start_step()
+    tally = ppo_update(engines[1], rollout_batch(), settings, guard)
+    # rows (columns, head positions): 0 (1 pad + 2 + 5, 6), 1 (3 + 2, 3), 2 (3 + 4, 5), 3 (3 + 1, 2); two epochs
+    assert (tally.seq_tokens, tally.head_tokens) == (2 * (7 + 5 + 7 + 4), 2 * (6 + 3 + 5 + 2))
+    assert tally.seconds > 0
+    roofline = UpdateRoofline(body_params=1000.0, head_params=500.0, peak_flops=1e9)
+    metrics = update_roofline_metrics(roofline, tally)
+    expected = update_flops(1000.0, 500.0, 46, 32) / tally.seconds
+    assert metrics["perf/actor_flops_per_s"] == pytest.approx(expected)
+    assert metrics["perf/mfu/actor"] == pytest.approx(expected / 1e9)
