@@ -46,17 +46,24 @@ def run(seed: int, output: str, extra: list):
         json.dump({"wall_seconds": time.time() - started}, f)
 
 
-def steady_seconds_per_step(run_dir: str) -> float:
+def steady_mean(run_dir: str, key: str = "time/step") -> float:
+    """The mean of a step metric over the steps after the first (the first warms up); NaN where no step logged it
+    (perf/mfu/actor before it existed)."""
     rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl")) if line.strip()]
-    later = [r["time/step"] for r in rows if r["step"] > 1]
-    return sum(later) / len(later)
+    later = [r[key] for r in rows if r["step"] > 1 and r.get(key) is not None]
+    return sum(later) / len(later) if later else float("nan")
+
+
+STEADY = {"steady_seconds_per_step": "time/step", "steady_generate_s": "time/generate", "steady_train_s": "time/train",
+          "steady_mfu": "perf/mfu/actor"}
 
 
 def summarize(seeds, runs_dir: str, b_args: str) -> dict:
     arms = {arm: {s: read_seed(os.path.join(runs_dir, arm, f"seed_{s}")) for s in seeds} for arm in ARMS}
     for arm in ARMS:
         for s in seeds:
-            arms[arm][s]["steady_seconds_per_step"] = steady_seconds_per_step(os.path.join(runs_dir, arm, f"seed_{s}"))
+            arms[arm][s].update({name: steady_mean(os.path.join(runs_dir, arm, f"seed_{s}"), key)
+                                 for name, key in STEADY.items()})
     ratios = [arms["b"][s]["steady_seconds_per_step"] / arms["a"][s]["steady_seconds_per_step"] for s in seeds]
     gains = paired([arms["b"][s]["gain"] for s in seeds], [arms["a"][s]["gain"] for s in seeds])
     return {"b_args": b_args, "seeds": list(seeds), "arms": arms, "ratio": mean_se(ratios), "ratios": ratios,
@@ -77,7 +84,14 @@ def report(r: dict) -> str:
                      f"{b['gain']:+.3f} |")
     lines += ["", f"Seconds per step (after the first), B / A: **{ratio:.3f} ± {se:.3f}** (mean ± SE over "
               f"{len(r['seeds'])} seeds; the target is <= 0.85). Gain B - A: **{g['mean_diff']:+.3f} ± {g['se_diff']:.3f}**"
-              f" (paired over seeds; the same gain means within its standard error of 0)."]
+              f" (paired over seeds; the same gain means within its standard error of 0).", "",
+              "Where a step goes (means over seeds of the steps after the first; perf/mfu/actor: the update's "
+              "forward + backward FLOPs over its seconds and the kept matmul probe's peak, rl/log/step_metrics.py):", "",
+              "| arm | s/step | generate s | train s | update MFU |", "|---|---|---|---|---|"]
+    for arm in ("a", "b"):
+        mean = {k: sum(r["arms"][arm][s][k] for s in r["seeds"]) / len(r["seeds"]) for k in STEADY}
+        lines.append(f"| {arm.upper()} | {mean['steady_seconds_per_step']:.2f} | {mean['steady_generate_s']:.2f} | "
+                     f"{mean['steady_train_s']:.2f} | {mean['steady_mfu']:.1%} |")
     return "\n".join(lines) + "\n"
 
 

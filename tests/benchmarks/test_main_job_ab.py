@@ -7,8 +7,9 @@ from benchmarks import main_job_ab
 
 def _run(folder, seconds, initial, final):
     folder.mkdir(parents=True)
-    (folder / "metrics.jsonl").write_text("".join(json.dumps({"step": i + 1, "time/step": t}) + "\n"
-                                                  for i, t in enumerate(seconds)))
+    (folder / "metrics.jsonl").write_text("".join(json.dumps({"step": i + 1, "time/step": t, "time/generate": t / 2,
+                                                              "time/train": t / 4, "perf/mfu/actor": 0.1 * (i + 1)})
+                                                  + "\n" for i, t in enumerate(seconds)))
     for name, acc in (("eval_initial", initial), ("eval_final", final)):
         (folder / name).mkdir()
         (folder / name / "results.json").write_text(json.dumps({"metrics": {"pass@1": acc}, "config": {"limit": 200}}))
@@ -24,4 +25,7 @@ def test_ratio_skips_the_first_step_and_gains_are_paired(tmp_path):
     result = json.loads((tmp_path / "ab.json").read_text())
     assert result["ratios"] == [0.8, 0.8]
     assert abs(result["gain_diff"]["mean_diff"] - 0.0) < 1e-12  # +0.05 and -0.05
-    assert "**0.800 ± 0.000**" in (tmp_path / "ab.md").read_text()
+    report = (tmp_path / "ab.md").read_text()
+    assert "**0.800 ± 0.000**" in report
+    # where A's step went, the first step left out: 10.5 s a step (10, 10 and 10, 12), its update at 25% MFU
+    assert "| A | 10.50 | 5.25 | 2.62 | 25.0% |" in report
