@@ -8,6 +8,7 @@ The probe's result is kept per machine in a small file, so every rank of a run (
 the same dtype instead of each deciding on its own noisy timing.
 """
 import contextlib
+import glob
 import hashlib
 import json
 import os
@@ -86,18 +87,27 @@ CUDA_PROBE_SHAPE = (8192, 8192, 8192)
 def peak_flops(dtype: torch.dtype, device) -> float:
     """One rank's matmul peak in FLOP/s, the denominator of perf/mfu/actor (rl/log/step_metrics.py).
 
-    CPU: the kept probe of measured_bf16_speedup() (fp32 or bf16 at PROBE_SHAPE), scaled from the probe's thread
-    count to this rank's (credo's reading: linear in threads, so two ranks of one thread each share the machine's
-    peak). NaN for a dtype the probe does not measure (fp16 on a CPU). CUDA: a 0.2 s probe at CUDA_PROBE_SHAPE on
-    the device (credo's reading: measured, where verl's FlopsCounter divides by the card's datasheet peak)."""
+    CPU: the best per-thread rate (fp32 or bf16 at PROBE_SHAPE) among this machine's kept probes (measured_bf16_speedup:
+    one per thread setting, all with this CPU, torch and kernel environment), times this rank's threads (credo's
+    reading: linear in threads, so two ranks of one thread each share the machine's peak). The best, because a probe
+    kept from a loaded machine measured the load, not the peak. NaN for a dtype the probe does not measure (fp16 on a
+    CPU). CUDA: a 0.2 s probe at CUDA_PROBE_SHAPE on the device (credo's reading: measured, where verl's FlopsCounter
+    divides by the card's datasheet peak)."""
     device = torch.device(device)
     if device.type == "cuda":
         return matmul_gflops(dtype, 0.2, CUDA_PROBE_SHAPE, device) * 1e9
     key = {torch.float32: "fp32_gflops", torch.bfloat16: "bf16_gflops"}.get(dtype)
     if key is None:
         return float("nan")
-    record = measured_bf16_speedup()
-    return float(record[key]) * 1e9 * torch.get_num_threads() / max(int(record.get("threads", 1)), 1)
+    records = [measured_bf16_speedup()]
+    for path in glob.glob(os.path.join(probe_cache_dir(), "bf16_probe-*.json")):
+        with contextlib.suppress(OSError, ValueError):
+            with open(path) as f:
+                records.append(json.load(f))
+    own = records[0]  # records kept before kernel_env was recorded count only as their own key's probe
+    same = [own] + [r for r in records[1:] if "kernel_env" in r and all(r.get(k) == own.get(k) for k in SAME_MACHINE)]
+    best = max(float(r[key]) / max(int(r.get("threads", 1)), 1) for r in same if key in r)
+    return best * 1e9 * torch.get_num_threads()
 
 
 def probe_bf16(seconds: float = 0.2) -> dict:
@@ -106,7 +116,17 @@ def probe_bf16(seconds: float = 0.2) -> dict:
     bf16 = matmul_gflops(torch.bfloat16, seconds)
     return {"fp32_gflops": round(fp32, 2), "bf16_gflops": round(bf16, 2), "bf16_speedup": round(bf16 / fp32, 3),
             "cpu": cpu_model(), "bf16_isa": cpu_bf16_matmul_isa() or "none", "torch": torch.__version__,
-            "threads": torch.get_num_threads(), "load_average": round(os.getloadavg()[0], 2)}
+            "threads": torch.get_num_threads(), "load_average": round(os.getloadavg()[0], 2),
+            "kernel_env": {v: os.environ.get(v) for v in KERNEL_ENV if v != "OMP_NUM_THREADS"}}
+
+
+# What two kept probes must share to be probes of one machine (kernel_env: KERNEL_ENV but the thread count)
+SAME_MACHINE = ("cpu", "torch", "bf16_isa", "kernel_env")
+
+
+def probe_cache_dir() -> str:
+    """Where the probes are kept: $CREDO_CACHE_DIR or the checkout's .cache/hardware."""
+    return os.environ.get("CREDO_CACHE_DIR") or os.path.join(REPO_ROOT, ".cache", "hardware")
 
 
 def _probe_path(cache_dir: str) -> str:
@@ -119,7 +139,7 @@ def measured_bf16_speedup(cache_dir: str = None) -> dict:
     $CREDO_CACHE_DIR or the checkout's .cache/hardware). The first process to get the lock measures; the others
     (the ranks of one launch) wait and read its answer. A record that cannot be read is measured again."""
     import fcntl
-    cache_dir = cache_dir or os.environ.get("CREDO_CACHE_DIR") or os.path.join(REPO_ROOT, ".cache", "hardware")
+    cache_dir = cache_dir or probe_cache_dir()
     path = _probe_path(cache_dir)
     try:
         os.makedirs(cache_dir, exist_ok=True)

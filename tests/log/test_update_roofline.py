@@ -1,5 +1,6 @@
 """perf/mfu/actor's parts (rl/log/step_metrics.py, rl/engine/hardware.py): the model's FLOP shape counts every
 matmul weight once and the embedding lookup not at all, and one rank's peak is the kept probe's share of the cores."""
+import json
 import math
 
 import pytest
@@ -32,12 +33,23 @@ def test_update_flops_are_six_per_parameter_and_token():
     assert update_flops(100, 10, seq_tokens=7, head_tokens=3) == 6 * 100 * 7 + 6 * 10 * 3
 
 
-def test_a_ranks_peak_is_the_probes_share_of_its_threads(monkeypatch):
-    monkeypatch.setattr(hardware, "measured_bf16_speedup",
-                        lambda: {"fp32_gflops": 100.0, "bf16_gflops": 300.0, "threads": 4})
+def test_a_ranks_peak_is_the_best_kept_probes_share_of_its_threads(monkeypatch, tmp_path):
+    """One record per thread setting is kept; one measured under load (here the 1-thread one) is no peak."""
+    machine = {"cpu": "C", "torch": "T", "bf16_isa": "avx512_bf16", "kernel_env": {"ONEDNN_MAX_CPU_ISA": None}}
+    own = {**machine, "fp32_gflops": 100.0, "bf16_gflops": 300.0, "threads": 4}
+    kept = {"loaded": {**machine, "fp32_gflops": 10.0, "bf16_gflops": 30.0, "threads": 1},
+            "other_kernels": {**machine, "kernel_env": {"ONEDNN_MAX_CPU_ISA": "AVX2"}, "fp32_gflops": 90.0,
+                              "bf16_gflops": 900.0, "threads": 1},
+            "unlabelled": {**{k: v for k, v in machine.items() if k != "kernel_env"}, "fp32_gflops": 90.0,
+                           "bf16_gflops": 900.0, "threads": 1},
+            "quiet": {**machine, "fp32_gflops": 40.0, "bf16_gflops": 60.0, "threads": 1}}
+    for name, record in kept.items():
+        (tmp_path / f"bf16_probe-{name}.json").write_text(json.dumps(record))
+    monkeypatch.setenv("CREDO_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(hardware, "measured_bf16_speedup", lambda: own)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
-    assert hardware.peak_flops(torch.float32, "cpu") == pytest.approx(50e9)
-    assert hardware.peak_flops(torch.bfloat16, "cpu") == pytest.approx(150e9)
+    assert hardware.peak_flops(torch.float32, "cpu") == pytest.approx(2 * 40e9)   # the quiet 1-thread probe
+    assert hardware.peak_flops(torch.bfloat16, "cpu") == pytest.approx(2 * 75e9)  # the own 4-thread one
     assert math.isnan(hardware.peak_flops(torch.float16, "cpu"))  # not probed on a CPU: no MFU rather than a guess
 
 
