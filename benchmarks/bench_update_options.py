@@ -42,6 +42,9 @@ OPTIONS = {  # name -> (flags, what it is)
                                   "the same, the reference mixed toward the policy after every step"),
     "mini_batches_4": (["--ppo_mini_batch_size", "2"], "4 optimizer steps per rollout (old log-probs forward)"),
     "ppo_epochs_2": (["--ppo_epochs", "2"], "2 passes, 2 optimizer steps (old log-probs forward)"),
+    # the same step in other shapes: the gradient does not depend on the micro-batch (tests/update/test_update.py)
+    "micro_16": (["--per_device_train_micro_batch_size", "16"], "2 micro-batches of 16 rows (default: 4 of 8)"),
+    "micro_32": (["--per_device_train_micro_batch_size", "32"], "1 micro-batch of 32 rows"),
     "plain_again": ([], "the plain run again: the load's drift"),
 }
 
@@ -80,6 +83,7 @@ def run(name, flags, a):
             "step_seconds": mean(r["time/step"] for r in timed),
             "generate_seconds": mean(r["time/generate"] for r in timed),
             "train_seconds": mean(r["time/train"] for r in timed),
+            "mfu": mean(r.get("perf/mfu/actor", float("nan")) for r in timed),
             "logp_diff_max": max(r.get("rollout/logp_diff_max", float("nan")) for r in rows)}
 
 
@@ -123,15 +127,20 @@ def report(r) -> str:
         f"(scripts/train.sh: GRPO, --env arith, SmolLM2-135M-Instruct, 8 prompts x 4 responses, <= 32 new tokens), "
         f"{r['config']['steps']} steps per run, means over steps 2..{r['config']['steps']}. Ratios are to the mean of "
         f"the two plain runs ({base['step_seconds']:.1f} s/step, train {base['train_seconds']:.1f} s).", "",
-        "| option | flags | s/step | train s/step | step / plain | train / plain | max sampler gap | load at start |",
-        "|---|---|---|---|---|---|---|---|"]
+        "| option | flags | s/step | train s/step | step / plain | train / plain | update MFU | max sampler gap "
+        "| load at start |",
+        "|---|---|---|---|---|---|---|---|---|"]
     for name, (flags, what) in OPTIONS.items():
+        if name not in runs:  # --only
+            continue
         x = runs[name]
         lines.append(f"| {name}: {what} | `{' '.join(flags) or '-'}` | {x['step_seconds']:.1f} | "
                      f"{x['train_seconds']:.1f} | {x['step_seconds'] / base['step_seconds']:.2f} | "
-                     f"{x['train_seconds'] / base['train_seconds']:.2f} | {x['logp_diff_max']:.1e} | "
-                     f"{x['load_before']:.1f} |")
+                     f"{x['train_seconds'] / base['train_seconds']:.2f} | {x.get('mfu', float('nan')):.1%} | "
+                     f"{x['logp_diff_max']:.1e} | {x['load_before']:.1f} |")
     d = r["decode"]
+    if not d:  # --decode_repeats 0
+        return "\n".join(lines) + "\n"
     lines += ["", f"Decode loop alone (32 prompts x 32 tokens, fp32, median of {r['config']['decode_repeats']}): "
               f"{d['none']:.2f} s without recording, {d['logp']:.2f} s recording each token's log-prob "
               f"({d['logp'] / d['none']:.2f}x; every run above pays it: the gap check), {d['logp+entropy']:.2f} s with "
@@ -146,7 +155,7 @@ def main():
     p.add_argument("--dtype", default="auto")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--model", default=MODEL)
-    p.add_argument("--decode_repeats", type=int, default=3)
+    p.add_argument("--decode_repeats", type=int, default=3, help="0: skip the decode loop's own cost")
     p.add_argument("--attempts", type=int, default=3, help="tries per run (a shared machine's OOM killer)")
     p.add_argument("--only", default=None, help="comma list of OPTIONS to run (default: all)")
     p.add_argument("--out", default=os.path.join(REPO, "output", "bench_update_options"))
@@ -160,15 +169,14 @@ def main():
         os.makedirs(os.path.dirname(a.results), exist_ok=True)
         with open(a.results + ".partial.json", "w") as f:
             json.dump({"runs": runs, "uptime_before": uptime_before, "config": vars(a)}, f, indent=1)
-    decode = decode_cost(a)
+    decode = decode_cost(a) if a.decode_repeats > 0 else {}
     plain = [runs[n] for n in ("plain", "plain_again") if n in runs]
     base = {k: mean(x[k] for x in plain) for k in ("step_seconds", "train_seconds")}
     result = {"runs": runs, "base": base, "decode": decode, "config": vars(a),
               "uptime": [uptime_before, subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()],
               "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "bf16_isa": cpu_bf16_matmul_isa()},
               "command": "python benchmarks/bench_update_options.py " + " ".join(sys.argv[1:])}
-    complete = set(runs) == set(OPTIONS)
-    write_results(result, a.results, report if complete else lambda r: json.dumps(r, indent=1) + "\n")
+    write_results(result, a.results, report)
 
 
 if __name__ == "__main__":
