@@ -3,12 +3,31 @@ import json
 import os
 
 
+READING = "## Reading"  # a results file's hand-written section, from this heading to the end: kept across reruns
+
+
+def kept_reading(md_path: str) -> str:
+    """The hand-written part of a results file (from its first READING heading on), or ''."""
+    try:
+        with open(md_path) as f:
+            text = f.read()
+    except OSError:
+        return ""
+    start = text.find("\n" + READING)
+    return text[start + 1:] if start >= 0 else ""
+
+
 def write_results(result: dict, results: str, report) -> str:
-    """report(result) -> markdown text. Returns the text."""
+    """report(result) -> markdown text, written to results.md (and result to results.json). A "## Reading" section
+    already in results.md (a person's reading of an earlier run, dated) is kept after the new report. Returns the
+    text."""
     os.makedirs(os.path.dirname(os.path.abspath(results)), exist_ok=True)
     with open(results + ".json", "w") as f:
         json.dump(result, f, indent=1)
     text = report(result)
+    reading = kept_reading(results + ".md")
+    if reading:
+        text = text.rstrip("\n") + "\n\n" + reading
     with open(results + ".md", "w") as f:
         f.write(text)
     print(text)

@@ -22,6 +22,10 @@ def test_deepspeed_config_follows_the_optimisation_and_system_flags(tiny_model_d
     assert train["optimizer"]["params"]["lr"] == 3e-6
     assert train["optimizer"]["params"]["weight_decay"] == 0.1
     assert train["optimizer"]["params"]["torch_adam"] is False  # ZeRO-Offload needs DeepSpeedCPUAdam
+    assert "fused" not in train["optimizer"]["params"]  # a torch AdamW argument DeepSpeedCPUAdam does not take
+    on_device = ds_config(EngineSettings.from_args(parse_args(["--model_name_or_path", tiny_model_dir])),
+                          world_size=1, dtype=torch.float32, train=True)["optimizer"]["params"]
+    assert on_device["torch_adam"] is True and on_device["fused"] is True  # torch's one-kernel AdamW
     assert train["gradient_clipping"] == 0.5
     assert train["zero_optimization"]["stage"] == 3
     assert train["zero_optimization"]["offload_param"] == {"device": "cpu"}

@@ -28,6 +28,14 @@ def _actor(model_dir, stage):
     return build_actor(EngineSettings.from_args(args), 1, STEPS)
 
 
+def torch_adamw(engine):
+    """The torch AdamW inside a DeepSpeed engine's optimizer (ZeRO wraps it as `.optimizer`)."""
+    optimizer = engine.optimizer
+    while not isinstance(optimizer, torch.optim.AdamW):
+        optimizer = optimizer.optimizer
+    return optimizer
+
+
 def _train(engine, on_micro_batch=None):
     """Losses of STEPS optimizer steps, ACCUMULATION micro-batches each, on fixed token batches."""
     gen = torch.Generator().manual_seed(0)
@@ -60,8 +68,10 @@ def runs(model_dir):
         return check
 
     with one_rank_process_group():
-        out["stage0"] = _train(_actor(model_dir, 0))
-        out["stage3"] = _train(_actor(model_dir, 3), record_gathered("stage3"))
+        stage0, stage3 = _actor(model_dir, 0), _actor(model_dir, 3)
+        out["fused"] = [torch_adamw(engine).defaults["fused"] for engine in (stage0, stage3)]
+        out["stage0"] = _train(stage0)
+        out["stage3"] = _train(stage3, record_gathered("stage3"))
         original = rl.engine.actor.zero3_parameter_knobs
         rl.engine.actor.zero3_parameter_knobs = lambda world_size: dict(MULTI_RANK_ZERO3)
         try:
@@ -83,6 +93,11 @@ def test_one_rank_zero3_keeps_every_parameter_gathered_between_micro_batches(run
     assert runs["gathered"]["stage3"][1:] == [True] * (STEPS - 1)
     # the knobs it replaces released the large matrices after each layer: the check can fail
     assert runs["gathered"]["stage3_per_layer"] == [False] * STEPS
+
+
+@pytest.mark.slow
+def test_the_actor_steps_with_torchs_fused_adamw_at_stage_0_and_3(runs):
+    assert runs["fused"] == [True, True]  # the one-kernel AdamW, not torch's per-parameter loop on CPU
 
 
 @pytest.mark.slow
