@@ -5,7 +5,7 @@
 Each commit is checked out as a detached worktree in a temporary folder (sharing this checkout's .venv and .cache) and
 runs train.py with scripts/train.sh's flags (GRPO on arith, the CPU model, seed 1234) for --steps steps in fp32 with
 one thread, which is bit-reproducible on one machine. Then every logged metric except the clocks (time/*,
-time_share/*, throughput/*) is compared step by step: the report says "same" or names the first metric that differs
+time_share/*, throughput/*, perf/*) is compared step by step: the report says "same" or names the first metric that differs
 and by how much. A refactor that changes no behaviour must give "same"; a commit that changes numbers shows where.
 """
 import argparse
@@ -17,9 +17,11 @@ import subprocess
 import sys
 import tempfile
 
+from rl.log.step_metrics import CLOCK_METRICS
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = ".cache/models/SmolLM2-135M-Instruct"
-CLOCKS = ("time/", "time_share/", "throughput/")
+CLOCKS = CLOCK_METRICS  # timings, throughput and MFU: never the same twice
 MAIN_JOB = ["--algo", "grpo", "--env", "arith", "--model_name_or_path", MODEL, "--dtype", "fp32",
             "--per_device_generation_batch_size", "8", "--num_generations", "4", "--max_answer_seq_len", "32",
             "--temperature", "0.7", "--actor_learning_rate", "2e-5", "--beta", "0", "--seed", "1234",

@@ -14,6 +14,10 @@ import torch
 from rl.engine import dist
 from rl.log.refinement_metrics import refinement_metrics
 
+# The metrics that measure the clock (the phases' seconds, their shares, throughput, the update's FLOP/s and MFU):
+# never the same twice, so every "the same run gives the same metrics" check leaves them out.
+CLOCK_METRICS = ("time/", "time_share/", "throughput/", "perf/")
+
 
 # --- the responses and their advantages ---------------------------------------------------------------------------
 def response_metrics(batch, inputs, eos_ids) -> dict:

@@ -20,13 +20,14 @@ from rl.log.loggers import read_metrics
 from tests.procs import alive, children, cmdline
 from tests.helpers import REPO_ROOT, ZERO3_TWO_RANK_RUN, free_port, run_train, run_train_in_process
 from tests.train.test_train_deepspeed import TINY_RUN, assert_ok
+from rl.log.step_metrics import CLOCK_METRICS
 
 pytestmark = pytest.mark.slow
 
 # 8 training rows, 2 ranks x 2 prompts: every 2 steps is one pass over the data, so step 2 is an epoch boundary.
 RUN = [*TINY_RUN[:-2], "--num_train_samples", "8", "--max_steps", "4", "--no_final_export"]
 ZERO3 = ["--actor_zero_stage", "3"]  # one process defaults to stage 0 (rl/engine/zero_config.py)
-TIMING_KEYS = ("time/", "time_share/", "throughput/")
+TIMING_KEYS = CLOCK_METRICS
 
 
 def comparable(row):

@@ -22,6 +22,7 @@ from envs.arith import make_arith_split
 from rl.config import build_parser
 from rl.log.loggers import read_metrics
 from tests.helpers import REPO_ROOT, free_port, run_train
+from rl.log.step_metrics import CLOCK_METRICS
 
 SCRIPT = os.path.join(REPO_ROOT, "scripts", "gpu", "multi_node.sh")
 # A random tiny model scores ~0 on MATH; the digit-fraction verifier gives every group a spread, so the step moves
@@ -29,7 +30,7 @@ SCRIPT = os.path.join(REPO_ROOT, "scripts", "gpu", "multi_node.sh")
 TINY_FLAGS = ["--env", "tests.fixture_envs:DigitFractionEnv", "--prompt_key", "prompt", "--max_answer_seq_len", "12",
               "--actor_learning_rate", "1e-2", "--dist_timeout_minutes", "10"]
 # Differ between any two runs: wall-clock times and what is derived from them.
-TIMING_PREFIXES = ("time/", "time_share/", "throughput/")
+TIMING_PREFIXES = CLOCK_METRICS
 
 
 def script_env(tmp_path, model_dir, **extra):

@@ -19,12 +19,13 @@ from rl.log.loggers import read_metrics
 from rl.run.checkpoint import complete_checkpoints, latest_checkpoint, trainer_state_of
 from tests.helpers import REPO_ROOT, run_train_in_process
 from tests.train.test_train_deepspeed import TINY_RUN, assert_ok
+from rl.log.step_metrics import CLOCK_METRICS
 
 pytestmark = pytest.mark.slow
 STEPS, PROMPTS_PER_STEP, ROWS = 7, 2, 8
 RUN = [*TINY_RUN[:-2], "--num_train_samples", str(ROWS), "--max_steps", str(STEPS), "--save_steps", "2",
        "--save_total_limit", "0", "--log_completions", "8", "--no_final_export"]  # 8 = every response of a step
-TIMING_KEYS = ("time/", "time_share/", "throughput/")
+TIMING_KEYS = CLOCK_METRICS
 
 
 def killed(args: list, fault: list) -> subprocess.Popen:

@@ -17,8 +17,9 @@ from rl.log.loggers import read_metrics
 from rl.run.checkpoint import trainer_state_of
 from rl.run.reshard import prompts_per_step
 from tests.helpers import ZERO3_TWO_RANK_RUN, rewind_run, run_train, run_train_in_process
+from rl.log.step_metrics import CLOCK_METRICS
 
-TIMING_PREFIXES = ("time/", "time_share/", "throughput/")
+TIMING_PREFIXES = CLOCK_METRICS
 LAYOUTS = {2: 2, 1: 4, 4: 1}  # ranks: --per_device_generation_batch_size (4 prompts a step)
 
 

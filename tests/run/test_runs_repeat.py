@@ -16,10 +16,11 @@ from rl.log.loggers import read_metrics
 from tests.helpers import REPO_ROOT, run_train, run_train_in_process
 from tests.train.test_train_deepspeed import TINY_RUN, assert_ok
 from tests.train.test_train_maestro import RUN as MAESTRO_RUN, SHARED_STEPS as MAESTRO_SHARED_STEPS
+from rl.log.step_metrics import CLOCK_METRICS
 
 pytestmark = pytest.mark.slow
 STEPS = ["--max_steps", "10", "--no_final_export"]
-TIMING_KEYS = ("time/", "time_share/", "throughput/")  # wall-clock measurements: never the same twice
+TIMING_KEYS = CLOCK_METRICS  # wall-clock measurements: never the same twice
 
 
 def logged(out: str) -> list:
