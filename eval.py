@@ -28,7 +28,7 @@ from rl.engine.models import is_local_model_path
 from rl.rollout.data import DataError, check_first_row, load_rows, validate_data_keys
 from rl.rollout.data_files import check_data_path
 from rl.rollout.episode_end import check_env_supports
-from rl.rollout.samplers import DECODE_LOOPS, SamplerSettings, make_sampler
+from rl.rollout.samplers import ATTENTIONS, DECODE_LOOPS, SamplerSettings, make_sampler
 from rl.rollout.vllm.flags import add_vllm_engine_flags, validate_rollout_backend
 from rl.run.saved_config import default_output_dir
 from rl.eval.evaluation import EvalSettings, aggregate, evaluate, markdown_table, model_label, setting_differences
@@ -78,6 +78,10 @@ def build_parser():
     p.add_argument("--batch_size", type=int, default=50, help="samples per generate call")
     p.add_argument("--decode_loop", choices=DECODE_LOOPS, default="credo",
                    help="credo = rl/rollout/decode.py, hf_generate = transformers' model.generate (as in train.py)")
+    p.add_argument("--decode_attention", choices=ATTENTIONS, default="one_query",
+                   help="with --decode_loop credo, a bf16/fp16 model on a CPU: the one-token steps' attention, as "
+                        "train.py's flag (one_query = two fp32 matmuls, rl/engine/decode_attention.py; sdpa = the "
+                        "model's own)")
     p.add_argument("--rollout_backend", choices=("hf", "vllm"), default="hf",
                    help="what generates: hf = the model itself (--decode_loop); vllm = a vLLM engine on the same "
                         "checkpoint (CUDA with requirements-gpu.txt, or vLLM's CPU build: run with .venv-vllm/bin/python "

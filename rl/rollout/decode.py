@@ -13,9 +13,15 @@ with a forward (rl/rollout/sampling_signals.py).
 
 The logits warpers are transformers' own (temperature, top-k, top-p, in HF generate's order), so a response is
 drawn from the distribution HF generate would sample from. Greedy decoding (temperature 0) is argmax.
-Measured in benchmarks/results/decode_loop.md.
+On a CPU in bf16/fp16 the one-token steps attend through rl/engine/decode_attention.py (two fp32 matmuls instead of
+torch's CPU SDPA kernel, which is slow at that shape); `attention="sdpa"` (--decode_attention sdpa) keeps the model's
+own. Measured in benchmarks/results/decode_loop.md and rollout_engines.md.
 """
+import contextlib
+
 import torch
+
+ATTENTIONS = ("one_query", "sdpa")  # --decode_attention
 
 
 def logits_warpers(temperature: float, top_k, top_p):
@@ -70,7 +76,7 @@ def _prefill(model, cache, input_ids, attention_mask, positions) -> torch.Tensor
 
 @torch.no_grad()
 def sample_batch(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int, eos_token_ids,
-                 temperature: float, top_k=None, top_p=None) -> list:
+                 temperature: float, top_k=None, top_p=None, attention: str = "one_query") -> list:
     """Sample a response for every row of a left-padded batch.
 
     Args:
@@ -78,22 +84,45 @@ def sample_batch(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, m
         input_ids, attention_mask: Tensor[B, P], left-padded prompts.
         eos_token_ids: ids that end a response (the EOS is kept in it).
         temperature: 0 = greedy; else sample with the warpers above.
+        attention: "one_query" (rl/engine/decode_attention.py where it applies: CPU, bf16/fp16) or "sdpa" (the
+            model's own attention throughout).
     Returns:
         B token lists, each through its first EOS or cut at max_new_tokens.
     """
     return sample_batch_with_signals(model, input_ids, attention_mask, max_new_tokens, eos_token_ids, temperature,
-                                     top_k, top_p)[0]
+                                     top_k, top_p, attention=attention)[0]
 
 
 @torch.no_grad()
 def sample_batch_with_signals(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int,
-                              eos_token_ids, temperature: float, top_k=None, top_p=None, signals=frozenset()) -> tuple:
+                              eos_token_ids, temperature: float, top_k=None, top_p=None, signals=frozenset(),
+                              attention: str = "one_query") -> tuple:
     """sample_batch, also recording rl/rollout/sampling_signals.py's `signals` ("logp", "entropy", "hidden", "prefix_kv")
     per row.
 
     The same random draws as without signals (one uniform per running row and step), so a seeded run samples the
     same tokens either way. Returns (B token lists, B TurnSignals or None when no signal was asked for).
     """
+    if attention not in ATTENTIONS:
+        raise ValueError(f"attention={attention!r}: one of {ATTENTIONS}")
+    with _attention(model, attention):
+        return _sample_loop(model, input_ids, attention_mask, max_new_tokens, eos_token_ids, temperature, top_k,
+                            top_p, signals)
+
+
+def _attention(model, attention: str):
+    """The one-token steps' attention for this call: rl/engine/decode_attention.py where it can apply (a CPU model in
+    bf16 or fp16), else the model's own (the module is not entered: fp32 and GPU decoding run as they always did)."""
+    param = next(model.parameters(), None)
+    if attention != "one_query" or param is None or param.device.type != "cpu" \
+            or param.dtype not in (torch.bfloat16, torch.float16):
+        return contextlib.nullcontext()
+    from rl.engine.decode_attention import decoding_attention
+    return decoding_attention(model)
+
+
+def _sample_loop(model, input_ids, attention_mask, max_new_tokens, eos_token_ids, temperature, top_k, top_p,
+                 signals) -> tuple:
     from transformers import DynamicCache
 
     from rl.rollout.sampling_signals import TurnSignals, check_signals, token_logp_entropy

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 
 from rl.engine import dist
-from rl.rollout.decode import sample_batch_with_signals
+from rl.rollout.decode import ATTENTIONS, sample_batch_with_signals
 from rl.engine.actor import generation_model, hybrid_engine_active, hybrid_engine_inference
 from rl.engine.packed_linear import PackedLinears, available as packed_available
 from rl.rollout.tokens import eos_ids, left_pad, response_mask_from_ids
@@ -29,17 +29,19 @@ DECODE_LOOPS = ("credo", "hf_generate")  # --decode_loop (train.py and eval.py)
 @dataclass(frozen=True)
 class SamplingSettings:
     """How a turn is sampled: --max_answer_seq_len, --temperature (0 = greedy, evaluation), --top_k (0 = off),
-    --top_p, and --cpu_packed_weights (the actor's linears on prepacked weights while it generates on a CPU)."""
+    --top_p, --cpu_packed_weights (the actor's linears on prepacked weights while it generates on a CPU) and
+    --decode_attention (credo's decode loop's one-token attention)."""
     max_new_tokens: int
     temperature: float
     top_k: int
     top_p: float
     packed_weights: bool = False
+    decode_attention: str = "one_query"
 
     @classmethod
     def from_args(cls, args) -> "SamplingSettings":
         return cls(args.max_answer_seq_len, args.temperature, args.top_k, args.top_p,
-                   bool(getattr(args, "cpu_packed_weights", False)))
+                   bool(getattr(args, "cpu_packed_weights", False)), getattr(args, "decode_attention", "one_query"))
 
 
 @dataclass(frozen=True)
@@ -162,7 +164,8 @@ class DecodeLoopSampler(_ActorSampler):
         s = self.settings
         # temperature 0 = greedy (evaluation); training always samples (--temperature > 0 is enforced)
         return sample_batch_with_signals(model, ids, mask, s.max_new_tokens, self.eos_ids, s.temperature,
-                                         top_k=s.top_k or None, top_p=s.top_p, signals=signals)
+                                         top_k=s.top_k or None, top_p=s.top_p, signals=signals,
+                                         attention=s.decode_attention)
 
 
 class HFGenerateSampler(_ActorSampler):
@@ -263,6 +266,12 @@ def add_sampling_flags(p):
                         "unchanged, log-probs a little further from the training forward's "
                         "(benchmarks/results/rollout_engines.md); one extra copy of the weights "
                         "(rl/engine/packed_linear.py). Off by default until the main job's A/B is measured")
+    g.add_argument("--decode_attention", choices=ATTENTIONS, default="one_query",
+                   help="with --decode_loop credo, a bf16/fp16 model on a CPU: one_query = each one-token step attends "
+                        "in fp32 by two matmuls over the grouped heads (rl/engine/decode_attention.py), because torch's "
+                        "CPU SDPA kernel is slow at that shape (2.9 vs 0.65 ms a call in bf16 vs fp32, "
+                        "benchmarks/results/rollout_engines.md); sdpa = the model's own attention, as the training "
+                        "forward uses. Prefill, fp32 models, GPUs and the training forward always keep the model's own")
     g.add_argument("--rollout_backend", choices=("hf", "vllm"), default="hf",
                    help="hf: the actor generates (ZeRO-3 gathered once, HF generate; or --enable_hybrid_engine); "
                         "vllm: a vLLM engine colocated in each rank, sleeping while the actor trains and loaded with "
