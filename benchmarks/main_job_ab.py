@@ -1,17 +1,18 @@
-"""The main job side by side (issue #64 item 4): `bash scripts/train.sh` as it is (A) and with extra flags (B, by default
---cpu_packed_weights), seed by seed in one invocation on one machine, the order alternating from seed to seed.
+"""The main job side by side (issue #64 item 4): `bash scripts/train.sh` with the flags of arm A (by default none: the
+job as it is) and of arm B (by default --cpu_packed_weights), seed by seed in one invocation on one machine, the
+order alternating from seed to seed.
 
-    python benchmarks/main_job_ab.py --seeds 1,2,3 [--b_args "--cpu_packed_weights"]   # runs what is missing
-    python benchmarks/main_job_ab.py --seeds 1,2,3 --report                             # runs nothing
+    python benchmarks/main_job_ab.py --seeds 1,2,3 [--a_args ""] [--b_args "--cpu_packed_weights"] [--name main_job_ab]
+    python benchmarks/main_job_ab.py --seeds 1,2,3 --report [--name ...]               # runs nothing
 
 Deciding quantities, fixed before the runs:
   1. seconds per step: each run's mean time/step over its steps after the first (the first warms up), B / A per seed,
      mean over seeds +- its standard error; the issue's target is B at least 15% lower (a ratio <= 0.85);
   2. the gain in greedy held-out pass@1 (final - initial, scripts/train.sh's evals), B - A per seed, mean +- SE: the
      same gain means a difference within its standard error of 0.
-Runs go to output/main_job_ab/{a,b}/seed_S (a seed is done once its eval_final/results.json exists; an interrupted
-one starts over); the slim records (benchmarks/main_job_seeds.py's) to benchmarks/results/archive/main_job_ab/, from
-which --report reproduces the result. Run it alone on the machine: the two arms must see the same load.
+Runs go to output/NAME/{a,b}/seed_S (a seed is done once its eval_final/results.json exists; an interrupted
+one starts over); the slim records (benchmarks/main_job_seeds.py's) to benchmarks/results/archive/NAME/, from which
+--report reproduces the result (benchmarks/results/NAME.md). Run it alone on the machine: the two arms must see the same load.
 """
 import argparse
 import json
@@ -58,7 +59,7 @@ STEADY = {"steady_seconds_per_step": "time/step", "steady_generate_s": "time/gen
           "steady_mfu": "perf/mfu/actor"}
 
 
-def summarize(seeds, runs_dir: str, b_args: str) -> dict:
+def summarize(seeds, runs_dir: str, b_args: str, a_args: str = "") -> dict:
     arms = {arm: {s: read_seed(os.path.join(runs_dir, arm, f"seed_{s}")) for s in seeds} for arm in ARMS}
     for arm in ARMS:
         for s in seeds:
@@ -66,7 +67,7 @@ def summarize(seeds, runs_dir: str, b_args: str) -> dict:
                                  for name, key in STEADY.items()})
     ratios = [arms["b"][s]["steady_seconds_per_step"] / arms["a"][s]["steady_seconds_per_step"] for s in seeds]
     gains = paired([arms["b"][s]["gain"] for s in seeds], [arms["a"][s]["gain"] for s in seeds])
-    return {"b_args": b_args, "seeds": list(seeds), "arms": arms, "ratio": mean_se(ratios), "ratios": ratios,
+    return {"a_args": a_args, "b_args": b_args, "seeds": list(seeds), "arms": arms, "ratio": mean_se(ratios), "ratios": ratios,
             "gain_diff": gains, "cpu": cpu_model(), "load_average": os.getloadavg()}
 
 
@@ -74,8 +75,8 @@ def report(r: dict) -> str:
     ratio, se = r["ratio"]
     g = r["gain_diff"]
     lines = ["# The main job side by side (issue #64 item 4)", "",
-             f"A: `SEED=s bash scripts/train.sh`; B: the same with `{r['b_args']}`; one invocation, the order alternating "
-             f"by seed. CPU: {r['cpu']}; load average at report time {r['load_average'][0]:.1f}.", "",
+             f"A: `SEED=s bash scripts/train.sh{(' ' + r['a_args']) if r.get('a_args') else ''}`; B: "
+             f"`SEED=s bash scripts/train.sh {r['b_args']}`; one invocation, the order alternating by seed. CPU: {r['cpu']}; load average at report time {r['load_average'][0]:.1f}.", "",
              "| seed | A s/step | B s/step | B / A | A gain | B gain |", "|---|---|---|---|---|---|"]
     for s in r["seeds"]:
         a, b = r["arms"]["a"][s], r["arms"]["b"][s]
@@ -98,12 +99,19 @@ def report(r: dict) -> str:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seeds", default="1,2,3")
+    p.add_argument("--a_args", default="", help="train.py flags arm A adds (default none: the job as it is)")
     p.add_argument("--b_args", default="--cpu_packed_weights", help="train.py flags arm B adds")
-    p.add_argument("--output_root", default=os.path.join(REPO, "output", "main_job_ab"))
-    p.add_argument("--runs_dir", default=os.path.join(REPO, "benchmarks", "results", "archive", "main_job_ab"))
+    p.add_argument("--name", default="main_job_ab",
+                   help="names the comparison's folders: output/NAME, benchmarks/results/archive/NAME and "
+                        "benchmarks/results/NAME.{json,md} (each overridable below)")
+    p.add_argument("--output_root", default=None)
+    p.add_argument("--runs_dir", default=None)
     p.add_argument("--report", action="store_true", help="run nothing; report from --runs_dir")
-    p.add_argument("--results", default=os.path.join(REPO, "benchmarks", "results", "main_job_ab"))
+    p.add_argument("--results", default=None)
     a = p.parse_args(argv)
+    a.output_root = a.output_root or os.path.join(REPO, "output", a.name)
+    a.runs_dir = a.runs_dir or os.path.join(REPO, "benchmarks", "results", "archive", a.name)
+    a.results = a.results or os.path.join(REPO, "benchmarks", "results", a.name)
     seeds = [int(s) for s in a.seeds.split(",")]
     unpacked(a.runs_dir)
     if not a.report:
@@ -112,10 +120,10 @@ def main(argv=None):
                 output = os.path.join(a.output_root, arm, f"seed_{s}")
                 if not os.path.exists(os.path.join(output, "eval_final", "results.json")):
                     print(f"main_job_ab: arm {arm} seed {s}: running ({output})", flush=True)
-                    run(s, output, shlex.split(a.b_args) if arm == "b" else [])
+                    run(s, output, shlex.split(a.b_args if arm == "b" else a.a_args))
                 archive(output, os.path.join(a.runs_dir, arm, f"seed_{s}"))
             pack(a.runs_dir)
-    write_results(summarize(seeds, a.runs_dir, a.b_args), a.results, report)
+    write_results(summarize(seeds, a.runs_dir, a.b_args, a.a_args), a.results, report)
 
 
 if __name__ == "__main__":

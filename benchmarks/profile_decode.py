@@ -1,7 +1,7 @@
 """Where credo's decode loop spends one call: torch.profiler's operator table for one bench_rollout_engines call
 (32 prompts x 48 new tokens, EOS ignored, temperature 0.7, the CPU default model), optionally on packed weights.
 
-    .venv/bin/python benchmarks/profile_decode.py [--dtype fp32|bf16] [--packed] [--rows 25]
+    .venv/bin/python benchmarks/profile_decode.py [--dtype fp32|bf16] [--packed] [--attention one_query|sdpa] [--rows 25]
 
 Run it alone on the machine (its numbers are shares of one call's CPU time, read as such).
 """
@@ -19,6 +19,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
     p.add_argument("--packed", action="store_true", help="on prepacked weights (--cpu_packed_weights)")
+    p.add_argument("--attention", choices=("one_query", "sdpa"), default="one_query",
+                   help="the one-token steps' attention (--decode_attention; default: train.py's)")
     p.add_argument("--rows", type=int, default=25, help="operators shown")
     a = p.parse_args(argv)
     import torch
@@ -35,7 +37,7 @@ def main(argv=None):
 
     def call():
         with packs.applied(model.eval(), len(ids)) if a.packed else contextlib.nullcontext():
-            sample_batch(model, ids, mask, MAX_NEW, [-1], TEMPERATURE)  # no id is -1: EOS ignored
+            sample_batch(model, ids, mask, MAX_NEW, [-1], TEMPERATURE, attention=a.attention)  # EOS ignored
     call()  # warm-up
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         call()
