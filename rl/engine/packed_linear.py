@@ -5,8 +5,10 @@ on CPUs without AMX, vllm/model_executor/layers/utils.py `dispatch_cpu_unquantiz
 
 Why: a decode step multiplies a few rows by every weight matrix, and the plain kernel re-reads each weight in its
 row-major layout every step; the blocked copy is read faster. Measured by benchmarks/bench_rollout_engines.py
-(benchmarks/results/rollout_engines.md: CPU default model, 2-core AMD EPYC with AVX-512 BF16, 32 rows x 48 tokens):
-1.44x credo's plain loop in fp32 (256.5 vs 178.6 tokens/s, EOS ignored), about the same in bf16 (248.7 vs 243.0).
+(benchmarks/results/rollout_engines.md: CPU default model, 2-core AMD EPYC with AVX-512 BF16, 32 rows x 48 tokens,
+EOS ignored): 1.35x credo's loop on the plain weights in fp32 (274.8 vs 203.2 tokens/s), 1.34x in bf16 (393.3 vs
+292.6; before rl/engine/decode_attention.py, SDPA's 38% of a bf16 step hid it: 1.02x). On by default for credo's
+decode loop (--no-cpu_packed_weights turns it off).
 Greedy tokens are unchanged (tests/engine/test_packed_linear.py). Not bit-identical: oneDNN accumulates in another
 order, so the recorded log-probs move a little further from the training forward's (fp32 max |diff| 5.3e-5 against
 3.8e-5 on the plain weights, same benchmark; the rollout/ mismatch metrics show it in training).

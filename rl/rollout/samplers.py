@@ -14,6 +14,7 @@ entropy, the last hidden state) for TCPO's surprisal and MAESTRO's `ent`; the ot
 The interface takes token lists, not a padded batch: a multi-turn context is a list of tokens growing turn by
 turn, vLLM consumes lists, and padding is a detail of the HF samplers.
 """
+import argparse
 import time
 from dataclasses import dataclass
 
@@ -40,8 +41,16 @@ class SamplingSettings:
 
     @classmethod
     def from_args(cls, args) -> "SamplingSettings":
-        return cls(args.max_answer_seq_len, args.temperature, args.top_k, args.top_p,
-                   bool(getattr(args, "cpu_packed_weights", False)), getattr(args, "decode_attention", "one_query"))
+        return cls(args.max_answer_seq_len, args.temperature, args.top_k, args.top_p, packed_weights(args),
+                   getattr(args, "decode_attention", "one_query"))
+
+
+def packed_weights(args) -> bool:
+    """--cpu_packed_weights: given, packed (either decode loop); --no-cpu_packed_weights: not; neither (auto): packed for
+    credo's decode loop, so that `--decode_loop hf_generate` stays the plain reference. The sampler packs only a model
+    that can be (rl/engine/packed_linear.available: CPU tensors in fp32 or bf16)."""
+    given = getattr(args, "cpu_packed_weights", None)
+    return given if given is not None else getattr(args, "decode_loop", "credo") == "credo"
 
 
 @dataclass(frozen=True)
@@ -259,13 +268,15 @@ def add_sampling_flags(p):
                         "HF's logits warpers, inverse-CDF sampling; 1.5x faster on the CPU default: "
                         "benchmarks/results/decode_loop.md); hf_generate = transformers' model.generate. The hybrid "
                         "engine always uses its own generate")
-    g.add_argument("--cpu_packed_weights", action="store_true",
+    g.add_argument("--cpu_packed_weights", action=argparse.BooleanOptionalAction, default=None,
                    help="with --rollout_backend hf on a CPU: while the actor generates, its linear layers run on "
                         "copies of their weights prepacked for oneDNN (as vLLM-CPU does), repacked after each update: "
-                        "1.44x faster decoding of the CPU default model in fp32, about the same in bf16, greedy tokens "
+                        "1.35x faster decoding of the CPU default model in fp32 and 1.34x in bf16, greedy tokens "
                         "unchanged, log-probs a little further from the training forward's "
                         "(benchmarks/results/rollout_engines.md); one extra copy of the weights "
-                        "(rl/engine/packed_linear.py). Off by default until the main job's A/B is measured")
+                        "(rl/engine/packed_linear.py). Default: on for --decode_loop credo (the main job's A/B: "
+                        "benchmarks/results/main_job_ab_attention.md), off for hf_generate, the plain reference; "
+                        "--no-cpu_packed_weights turns it off")
     g.add_argument("--decode_attention", choices=ATTENTIONS, default="one_query",
                    help="with --decode_loop credo, a bf16/fp16 model on a CPU: one_query = each one-token step attends "
                         "in fp32 by two matmuls over the grouped heads (rl/engine/decode_attention.py), because torch's "
@@ -286,7 +297,7 @@ def validate_sampling(args, bad):
             bad(f"--{flag} must be >= 1, got {getattr(args, flag)}")
     if args.temperature <= 0:
         bad(f"--temperature must be > 0 for sampled rollouts, got {args.temperature}")
-    if args.cpu_packed_weights and args.rollout_backend == "vllm":
+    if args.cpu_packed_weights and args.rollout_backend == "vllm":  # given; the default (None) is not refused
         bad("--cpu_packed_weights packs the actor's weights for its own decoding (--rollout_backend hf); vLLM-CPU packs "
             "its own copy: see --vllm_cpu_weights")
     if not 0 < args.top_p <= 1:

@@ -30,16 +30,16 @@ VERSIONED_PACKAGES = ("torch", "deepspeed", "transformers", "tokenizers", "datas
 # freely. Every other flag (method, data, model, rewards, optimisation, dtype, sampling) defines the experiment,
 # and `--resume auto` refuses to continue a checkpoint trained with other values. A flag missing from this list
 # counts as method-defining, so a newly added flag is safe by default. credo's reading: the rollout backend, the
-# decode loop (and its attention kernel) and the ZeRO/offload settings change speed and memory, not the method, so a
-# run may move between machines; --max_steps may be raised to train a finished run further.
+# decode loop (its attention kernel, packed weights) and the ZeRO/offload settings change speed and memory, not the
+# method, so a run may move between machines; --max_steps may be raised to train a finished run further.
 HARMLESS_FLAGS = frozenset({
     "max_steps", "enable_test_mode", "test_stop_step",
     "output_dir", "resume", "save_strategy", "save_steps", "save_total_limit", "save_model_only_steps", "no_final_export",
     "enable_tensorboard", "tensorboard_path",
     "local_rank", "dist_timeout_minutes", "heartbeat_timeout_s",
     "actor_zero_stage", "offload", "enable_hybrid_engine",
-    "rollout_backend", "decode_loop", "decode_attention", "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size",
-    "vllm_sleep_level",
+    "rollout_backend", "decode_loop", "decode_attention", "cpu_packed_weights",
+    "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size", "vllm_sleep_level",
     "code_workers", "skip_bad_rows", "max_reward_error_rate", "max_bad_steps",
     "gradient_checkpointing", "eval_steps", "eval_limit", "eval_data_path", "eval_data_split",
     "filter_groups_max_rounds",  # only whether a step may stop the run; raised to resume a run stopped at the cap

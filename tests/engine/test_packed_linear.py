@@ -84,3 +84,16 @@ def test_the_flag_reaches_the_sampler_and_is_refused_with_vllm(tiny_model_dir):
     from rl.config import parse_args
     with pytest.raises(SystemExit):
         parse_args(["--cpu_packed_weights", "--rollout_backend", "vllm"])
+
+
+def test_packing_is_on_by_default_for_credos_loop_only_and_can_be_turned_off():
+    from rl.config import parse_args
+    from rl.rollout.samplers import SamplingSettings
+
+    def packed(argv):
+        return SamplingSettings.from_args(parse_args(argv)).packed_weights
+    assert packed([]) is True
+    assert packed(["--decode_loop", "hf_generate"]) is False  # the plain reference stays plain
+    assert packed(["--decode_loop", "hf_generate", "--cpu_packed_weights"]) is True
+    assert packed(["--no-cpu_packed_weights"]) is False
+    parse_args(["--rollout_backend", "vllm"])  # the default is no refusal

@@ -1,6 +1,7 @@
 """eval.py end to end on a tiny model."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,14 +24,20 @@ def eval_in_process(args, capsys):
     code as run_eval without a new interpreter's imports (seconds each); run_eval stays where the results of two
     processes are compared (the thread count must match) and under the launcher."""
     capsys.readouterr()  # only this call's output
+    scratch = None
     if "--output_dir" not in args and os.path.abspath(os.getcwd()) == os.path.abspath(REPO_ROOT):
-        # eval.py's default folder is relative (output/eval_<env>_<time>): not into the checkout
-        args = [*args, "--output_dir", tempfile.mkdtemp(prefix="eval_in_process_")]
+        # eval.py's default folder is relative (output/eval_<env>_<time>): not into the checkout, and removed after
+        # (the caller did not name it, so reads nothing from it)
+        scratch = tempfile.mkdtemp(prefix="eval_in_process_")
+        args = [*args, "--output_dir", scratch]
     code = 0
     try:
         eval_cli.main(args)
     except SystemExit as exc:
         code = exc.code
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
     out, err = capsys.readouterr()
     if isinstance(code, str):
         code, err = 1, err + code + "\n"

@@ -58,7 +58,8 @@ def test_a_module_merely_named_DeepSpeedHybridEngine_is_not_the_hybrid_engine():
 
 
 def test_settings_are_read_from_the_flags():
-    assert SamplingSettings.from_args(flags(top_k=5, top_p=0.9)) == SamplingSettings(6, 0.7, 5, 0.9)
+    assert SamplingSettings.from_args(flags(top_k=5, top_p=0.9)) == SamplingSettings(6, 0.7, 5, 0.9,
+                                                                                    packed_weights=True)
 
 
 @pytest.mark.parametrize("loop", ["credo", "hf_generate"])
