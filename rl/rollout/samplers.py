@@ -41,16 +41,13 @@ class SamplingSettings:
 
     @classmethod
     def from_args(cls, args) -> "SamplingSettings":
-        return cls(args.max_answer_seq_len, args.temperature, args.top_k, args.top_p, packed_weights(args),
+        # --cpu_packed_weights given: packed (either decode loop); --no-cpu_packed_weights: not; neither (auto): packed
+        # for credo's decode loop only, so that `--decode_loop hf_generate` stays the plain reference. The sampler
+        # packs only a model that can be (rl/engine/packed_linear.available: CPU tensors in fp32 or bf16).
+        given = getattr(args, "cpu_packed_weights", None)
+        packed = given if given is not None else getattr(args, "decode_loop", "credo") == "credo"
+        return cls(args.max_answer_seq_len, args.temperature, args.top_k, args.top_p, packed,
                    getattr(args, "decode_attention", "one_query"))
-
-
-def packed_weights(args) -> bool:
-    """--cpu_packed_weights: given, packed (either decode loop); --no-cpu_packed_weights: not; neither (auto): packed for
-    credo's decode loop, so that `--decode_loop hf_generate` stays the plain reference. The sampler packs only a model
-    that can be (rl/engine/packed_linear.available: CPU tensors in fp32 or bf16)."""
-    given = getattr(args, "cpu_packed_weights", None)
-    return given if given is not None else getattr(args, "decode_loop", "credo") == "credo"
 
 
 @dataclass(frozen=True)

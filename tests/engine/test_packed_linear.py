@@ -96,4 +96,7 @@ def test_packing_is_on_by_default_for_credos_loop_only_and_can_be_turned_off():
     assert packed(["--decode_loop", "hf_generate"]) is False  # the plain reference stays plain
     assert packed(["--decode_loop", "hf_generate", "--cpu_packed_weights"]) is True
     assert packed(["--no-cpu_packed_weights"]) is False
-    parse_args(["--rollout_backend", "vllm"])  # the default is no refusal
+    from rl.rollout.samplers import validate_sampling
+    refusals = []
+    validate_sampling(default_args(rollout_backend="vllm"), refusals.append)
+    assert refusals == []  # the default is not a refusal with vLLM; the flag given is (above)
