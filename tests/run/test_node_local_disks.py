@@ -7,6 +7,7 @@ A disk of its own, on one machine: node 1 runs under `bwrap --bind NODE1_DISK OU
 same path OUT is another folder (the network stays shared, so the nodes still meet at 127.0.0.1). That is the
 cluster case exactly: every node is given the same --output_dir, and each finds its own disk there."""
 import os
+import subprocess
 
 import pytest
 
@@ -33,7 +34,12 @@ def run_nodes(tmp_path, model_dir, flags, timeout=240, **kwargs):
     nodes, out = start_nodes(tmp_path, model_dir, flags, **kwargs)
     try:
         for proc, _ in nodes:
-            proc.wait(timeout=timeout)
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:  # a node that hangs: say where each node was
+                stop(nodes)
+                said = "\n".join(f"--- node {k} ---\n{output(node)[-3000:]}" for k, node in enumerate(nodes))
+                raise AssertionError(f"the nodes did not end within {timeout} s:\n{said}") from None
     finally:
         stop(nodes)
     return [(proc.returncode, output((proc, f))) for proc, f in nodes], out
@@ -54,6 +60,9 @@ def test_node_local_disks_are_refused_at_start_on_every_node_and_nothing_is_writ
     assert saved_anything(out) == []  # node 0's: the config.json and lock this start wrote are gone again
 
 
+@pytest.mark.serial  # under the two workers' load one fresh-clone CI (session 32) saw this refused resume hang past
+# 240 s (45 s in the runs before; 34 s alone, rerun at once): alone until that hang is understood. run_nodes now prints
+# both nodes' output when they do not end.
 def test_resume_auto_on_node_local_disks_is_refused_and_the_checkpoint_stays_as_saved(tiny_model_dir, tmp_path):
     """A run saved on a shared folder, restarted where node 1 no longer mounts it (its own empty disk there)."""
     ended, out = run_nodes(tmp_path, tiny_model_dir, [*FLAGS, "--max_steps", "1", "--no_final_export"])
