@@ -1,13 +1,13 @@
 """The decode loop's attention on CPU in bf16/fp16: one query token attended in fp32 by two matmuls, instead of torch's
 CPU SDPA kernel.
 
-Why: a decode step's attention has one query row per sequence. On CPU, torch's SDPA (the flash kernel, with or
-without `enable_gqa`; transformers repeats the KV heads first when a padding mask is given) runs that shape in bf16
-at 2.9 ms a call against 0.65 ms in fp32 (SmolLM2-135M, 32 rows x 48 tokens, the main job's CPU, one thread:
-benchmarks/results/rollout_engines.md), which made attention 38% of a bf16 decode call. Two small matmuls over the
-grouped heads (no KV-head copies), a softmax in fp32 and the output rounded once to the model's dtype take a fraction
-of that: the bf16 decode loop runs 1.18x faster with it, 1.34x more on packed weights, 1.14x vLLM-CPU together
-(benchmarks/bench_rollout_engines.py, quiet).
+Why: a decode step's attention has one query row per sequence. On CPU, torch's SDPA (the flash kernel, with or without
+`enable_gqa`; transformers repeats the KV heads first when a padding mask is given) runs that shape in bf16 at 2.9 ms
+a call against 0.65 ms in fp32 (SmolLM2-135M, 32 rows x 48 tokens, the main job's CPU, one thread:
+benchmarks/decode_attention_checks.py sdpa_calls; rollout_engines.md), which made attention 38% of a bf16 decode call.
+Two small matmuls over the grouped heads (no KV-head copies), a softmax in fp32 and the output rounded once to the
+model's dtype take a fraction of that: the bf16 decode loop runs 1.18x faster with it, 1.34x more on packed weights,
+1.14x vLLM-CPU together (benchmarks/bench_rollout_engines.py, quiet).
 
 Numerics: the scores, softmax and weighted sum run in fp32 from the bf16 query, keys and values, so the output is at
 least as close to an fp64 reference as SDPA's bf16 kernel (which also accumulates in fp32); it is not bit-identical to
