@@ -3,6 +3,7 @@ job as it is) and of arm B (by default --cpu_packed_weights), seed by seed in on
 order alternating from seed to seed.
 
     python benchmarks/main_job_ab.py --seeds 1,2,3 [--a_args ""] [--b_args "--cpu_packed_weights"] [--name main_job_ab]
+    python benchmarks/main_job_ab.py --a_checkout ../ws_old --b_args "" --name NAME    # two worktrees: old vs this one
     python benchmarks/main_job_ab.py --seeds 1,2,3 --report [--name ...]               # runs nothing
 
 Deciding quantities, fixed before the runs:
@@ -10,12 +11,16 @@ Deciding quantities, fixed before the runs:
      mean over seeds +- its standard error; the issue's target is B at least 15% lower (a ratio <= 0.85);
   2. the gain in greedy held-out pass@1 (final - initial, scripts/train.sh's evals), B - A per seed, mean +- SE: the
      same gain means a difference within its standard error of 0.
+With --a_checkout (or --b_checkout) an arm runs another checkout's scripts/train.sh (a `git worktree` at an older
+commit, with its own .venv from its own scripts/setup.sh): the issue's "today's commit and the new one", each its own
+code. The result names each arm's commit.
 Runs go to output/NAME/{a,b}/seed_S (a seed is done once its eval_final/results.json exists; an interrupted
 one starts over); the slim records (benchmarks/main_job_seeds.py's) to benchmarks/results/archive/NAME/, from which
 --report reproduces the result (benchmarks/results/NAME.md). Run it alone on the machine: the two arms must see the same load.
 """
 import argparse
 import json
+import math
 import os
 import shlex
 import shutil
@@ -35,13 +40,14 @@ from benchmarks.results_io import cpu_model, write_results  # noqa: E402
 ARMS = ("a", "b")
 
 
-def run(seed: int, output: str, extra: list):
+def run(seed: int, output: str, extra: list, checkout: str = REPO):
     started = time.time()
     shutil.rmtree(output, ignore_errors=True)  # an interrupted run starts over, never half-reused
-    code = subprocess.run(["bash", "scripts/train.sh", *extra], cwd=REPO,
-                          env=dict(os.environ, SEED=str(seed), OUTPUT=output)).returncode
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}  # the checkout's own .venv
+    code = subprocess.run(["bash", "scripts/train.sh", *extra], cwd=checkout,
+                          env=dict(env, SEED=str(seed), OUTPUT=output)).returncode
     if code != 0:
-        sys.exit(f"main_job_ab: scripts/train.sh {' '.join(extra)} failed for seed {seed} (exit {code}); log: "
+        sys.exit(f"main_job_ab: {checkout}/scripts/train.sh {' '.join(extra)} failed for seed {seed} (exit {code}); log: "
                  f"{output}/training.log")
     with open(os.path.join(output, "wall_seconds.json"), "w") as f:
         json.dump({"wall_seconds": time.time() - started}, f)
@@ -62,7 +68,15 @@ STEADY = {"steady_seconds_per_step": "time/step", "steady_generate_s": "time/gen
           "steady_mfu": "perf/mfu/actor"}
 
 
-def summarize(seeds, runs_dir: str, b_args: str, a_args: str = "") -> dict:
+def commit_of(checkout: str) -> str:
+    """The checkout's commit (with "+changes" where its tracked files differ from it)."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=checkout, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=checkout,
+                           capture_output=True, text=True).stdout.strip()
+    return head.stdout.strip() + ("+changes" if dirty else "") if head.returncode == 0 else "unknown"
+
+
+def summarize(seeds, runs_dir: str, b_args: str, a_args: str = "", commits: dict = None) -> dict:
     arms = {arm: {s: read_seed(os.path.join(runs_dir, arm, f"seed_{s}")) for s in seeds} for arm in ARMS}
     for arm in ARMS:
         for s in seeds:
@@ -70,7 +84,7 @@ def summarize(seeds, runs_dir: str, b_args: str, a_args: str = "") -> dict:
                                  for name, key in STEADY.items()})
     ratios = [arms["b"][s]["steady_seconds_per_step"] / arms["a"][s]["steady_seconds_per_step"] for s in seeds]
     gains = paired([arms["b"][s]["gain"] for s in seeds], [arms["a"][s]["gain"] for s in seeds])
-    return {"a_args": a_args, "b_args": b_args, "seeds": list(seeds), "arms": arms, "ratio": mean_se(ratios), "ratios": ratios,
+    return {"a_args": a_args, "b_args": b_args, "commits": commits or {}, "seeds": list(seeds), "arms": arms, "ratio": mean_se(ratios), "ratios": ratios,
             "gain_diff": gains, "cpu": cpu_model(), "load_average": os.getloadavg()}
 
 
@@ -79,7 +93,9 @@ def report(r: dict) -> str:
     g = r["gain_diff"]
     lines = ["# The main job side by side (issue #64 item 4)", "",
              f"A: `SEED=s bash scripts/train.sh{(' ' + r['a_args']) if r.get('a_args') else ''}`; B: "
-             f"`SEED=s bash scripts/train.sh {r['b_args']}`; one invocation, the order alternating by seed. CPU: {r['cpu']}; load average at report time {r['load_average'][0]:.1f}.", "",
+             f"`SEED=s bash scripts/train.sh {r['b_args']}`; one invocation, the order alternating by seed. CPU: {r['cpu']}; load average at report time {r['load_average'][0]:.1f}."
+             + ("".join(f" Arm {arm.upper()} ran commit {c}." for arm, c in sorted(r["commits"].items()))
+                if r.get("commits") else ""), "",
              "| seed | A s/step | B s/step | B / A | A gain | B gain |", "|---|---|---|---|---|---|"]
     for s in r["seeds"]:
         a, b = r["arms"]["a"][s], r["arms"]["b"][s]
@@ -94,8 +110,9 @@ def report(r: dict) -> str:
               "| arm | s/step | generate s | train s | update MFU |", "|---|---|---|---|---|"]
     for arm in ("a", "b"):
         mean = {k: sum(r["arms"][arm][s][k] for s in r["seeds"]) / len(r["seeds"]) for k in STEADY}
+        mfu = "not logged" if math.isnan(mean["steady_mfu"]) else f"{mean['steady_mfu']:.1%}"  # older commits
         lines.append(f"| {arm.upper()} | {mean['steady_seconds_per_step']:.2f} | {mean['steady_generate_s']:.2f} | "
-                     f"{mean['steady_train_s']:.2f} | {mean['steady_mfu']:.1%} |")
+                     f"{mean['steady_train_s']:.2f} | {mfu} |")
     return "\n".join(lines) + "\n"
 
 
@@ -104,6 +121,10 @@ def main(argv=None):
     p.add_argument("--seeds", default="1,2,3")
     p.add_argument("--a_args", default="", help="train.py flags arm A adds (default none: the job as it is)")
     p.add_argument("--b_args", default="--cpu_packed_weights", help="train.py flags arm B adds")
+    p.add_argument("--a_checkout", default=REPO,
+                   help="the checkout whose scripts/train.sh arm A runs (default this one): a worktree at an older "
+                        "commit, set up with its own scripts/setup.sh")
+    p.add_argument("--b_checkout", default=REPO, help="the checkout arm B runs (default this one)")
     p.add_argument("--name", default="main_job_ab",
                    help="names the comparison's folders: output/NAME, benchmarks/results/archive/NAME and "
                         "benchmarks/results/NAME.{json,md} (each overridable below)")
@@ -117,16 +138,25 @@ def main(argv=None):
     a.results = a.results or os.path.join(REPO, "benchmarks", "results", a.name)
     seeds = [int(s) for s in a.seeds.split(",")]
     unpacked(a.runs_dir)
+    checkouts = {"a": os.path.abspath(a.a_checkout), "b": os.path.abspath(a.b_checkout)}
+    for arm, checkout in checkouts.items():
+        if not os.path.isfile(os.path.join(checkout, "scripts", "train.sh")):
+            p.error(f"--{arm}_checkout {checkout}: no scripts/train.sh there")
+    commits = None
     if not a.report:
+        commits = {arm: commit_of(checkout) for arm, checkout in checkouts.items()}
         for i, s in enumerate(seeds):
             for arm in (ARMS if i % 2 == 0 else ARMS[::-1]):
                 output = os.path.join(a.output_root, arm, f"seed_{s}")
                 if not os.path.exists(os.path.join(output, "eval_final", "results.json")):
                     print(f"main_job_ab: arm {arm} seed {s}: running ({output})", flush=True)
-                    run(s, output, shlex.split(a.b_args if arm == "b" else a.a_args))
+                    run(s, output, shlex.split(a.b_args if arm == "b" else a.a_args), checkouts[arm])
                 archive(output, os.path.join(a.runs_dir, arm, f"seed_{s}"))
             pack(a.runs_dir)
-    write_results(summarize(seeds, a.runs_dir, a.b_args, a.a_args), a.results, report)
+    if commits is None and os.path.exists(a.results + ".json"):  # --report keeps the commits the runs recorded
+        with open(a.results + ".json") as f:
+            commits = json.load(f).get("commits")
+    write_results(summarize(seeds, a.runs_dir, a.b_args, a.a_args, commits), a.results, report)
 
 
 if __name__ == "__main__":

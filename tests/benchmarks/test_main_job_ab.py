@@ -2,6 +2,8 @@
 difference, from the slim records."""
 import json
 
+import pytest
+
 from benchmarks import main_job_ab
 
 
@@ -29,3 +31,24 @@ def test_ratio_skips_the_first_step_and_gains_are_paired(tmp_path):
     assert "**0.800 ± 0.000**" in report
     # where A's step went, the first step left out: 10.5 s a step (10, 10 and 10, 12), its update at 25% MFU
     assert "| A | 10.50 | 5.25 | 2.62 | 25.0% |" in report
+
+
+def test_an_arm_from_an_older_checkout_without_the_mfu_metric_reports_it_as_not_logged(tmp_path):
+    runs = tmp_path / "runs"
+    _run(runs / "a" / "seed_1", [30.0, 10.0, 10.0], 0.2, 0.4)
+    _run(runs / "b" / "seed_1", [40.0, 8.0, 8.0], 0.2, 0.45)
+    metrics = runs / "a" / "seed_1" / "metrics.jsonl"  # a commit from before perf/mfu/actor existed
+    metrics.write_text("".join(json.dumps({k: v for k, v in json.loads(line).items() if k != "perf/mfu/actor"}) + "\n"
+                               for line in metrics.read_text().splitlines()))
+    (tmp_path / "ab.json").write_text(json.dumps({"commits": {"a": "a4d3c47", "b": "b14bb3f"}}))  # the runs' record
+    main_job_ab.main(["--seeds", "1", "--report", "--runs_dir", str(runs), "--results", str(tmp_path / "ab")])
+    report = (tmp_path / "ab.md").read_text()
+    assert "| A | 10.00 | 5.00 | 2.50 | not logged |" in report
+    assert "Arm A ran commit a4d3c47. Arm B ran commit b14bb3f." in report
+
+
+def test_a_checkout_without_the_training_script_is_refused_naming_the_flag(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main_job_ab.main(["--seeds", "1", "--report", "--a_checkout", str(tmp_path), "--runs_dir", str(tmp_path),
+                          "--results", str(tmp_path / "ab")])
+    assert "--a_checkout" in capsys.readouterr().err
