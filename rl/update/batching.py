@@ -11,9 +11,10 @@ with a token budget; here the number of micro-batches stays fixed, as DeepSpeed'
 Token-level results are unchanged: only columns with no real token are dropped.
 
 With `keep`, the rows a micro-batch would only multiply by a zero advantage are left out too (rl/update/ppo.py decides
-which): the same number of micro-batches, each a near-equal share of the kept rows (at least one row, so every rank
-still runs every forward that ZeRO-3's parameter gathering expects). With `rows`, only those rows are cut: one
-mini-batch of the update (--ppo_mini_batch_size), sorted and trimmed on its own.
+which): `count` micro-batches (ppo.py asks for as few as the kept rows fill, the same on every rank), each a
+near-equal share of the kept rows (at least one row, so every rank still runs every forward that ZeRO-3's parameter
+gathering expects). With `rows`, only those rows are cut: one mini-batch of the update (--ppo_mini_batch_size), sorted
+and trimmed on its own.
 """
 from dataclasses import dataclass
 
@@ -83,13 +84,15 @@ class MicroRollout:
 
 
 def micro_batches(attention_mask: torch.Tensor, prompt_len: int, micro: int, keep: torch.Tensor = None,
-                  rows: torch.Tensor = None) -> list:
+                  rows: torch.Tensor = None, count: int = None) -> list:
     """n // micro micro-batches of `micro` rows, sorted by response extent (stable, so deterministic).
 
     Args:
         attention_mask: Tensor[N, P + R] (left-padded prompt, right-padded response part); prompt_len: P.
-        keep: Tensor[N] bool or None: only these rows, spread over the same ceil(n / micro) micro-batches (sizes differ
-            by at most one; where fewer rows are kept than there are micro-batches, the shortest others fill in).
+        keep: Tensor[N] bool or None: only these rows, spread over `count` micro-batches (default ceil(n / micro), as
+            many as without `keep`; sizes differ by at most one; where fewer rows are kept than there are
+            micro-batches, the shortest others fill in).
+        count: with `keep`, how many micro-batches (1 .. ceil(n / micro)); ignored without it.
         rows: Tensor[n] long or None: cut only these rows of the batch (a mini-batch); None: all N rows.
     Returns:
         list of MicroBatch (rows indexed in the whole batch), covering every row of `rows` once (every kept one
@@ -106,8 +109,14 @@ def micro_batches(attention_mask: torch.Tensor, prompt_len: int, micro: int, kee
     if keep is None:
         chunks = [order[start:start + micro] for start in range(0, n, micro)]
     else:
-        count = -(-n // micro)  # as many micro-batches as without `keep`
+        most = -(-n // micro)  # as many micro-batches as without `keep`
+        count = most if count is None else count
+        if not 1 <= count <= most:
+            raise ValueError(f"micro_batches: count {count} is outside 1 .. {most} for {n} rows of {micro}")
         keep = keep.bool().cpu().clone()
+        if int(keep[rows].sum()) > count * micro:
+            raise ValueError(f"micro_batches: {int(keep[rows].sum())} kept rows do not fit {count} micro-batches of "
+                             f"{micro}")
         missing = count - int(keep[rows].sum())
         if missing > 0:  # every micro-batch needs a row: the shortest of the others fill in
             keep[order[~keep[order]][:missing]] = True

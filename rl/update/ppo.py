@@ -160,9 +160,10 @@ def ppo_update(engine, batch, settings: LossSettings, guard) -> UpdateTally:
     token-mean divides by the mini-batch's response tokens over all ranks, seq-mean modes by its responses over all
     ranks (`micro` per micro-batch times the accumulation and the ranks), seq-mean-token-sum-norm by their count
     times --max_answer_seq_len.
-    With --skip_zero_advantage_rows each mini-batch's micro-batches hold only its rows with a gradient (same count of
-    micro-batches, so DeepSpeed's accumulation boundary and ZeRO-3's collectives are as without it) and its
-    denominators are still those of all its rows."""
+    With --skip_zero_advantage_rows each mini-batch's micro-batches hold only its rows with a gradient, in as few
+    micro-batches as they fill (the most any rank needs, so ZeRO-3's collective forwards match; the engine is told
+    which one ends the mini-batch, DeepSpeed's set_gradient_accumulation_boundary), and its denominators are still
+    those of all its rows."""
     n, steps = len(batch), settings.mini_batches
     rows_per_step = n // steps
     accumulation = rows_per_step // settings.micro
@@ -179,10 +180,16 @@ def ppo_update(engine, batch, settings: LossSettings, guard) -> UpdateTally:
     step_tokens = dist.all_reduce(torch.stack([batch.response_mask[rows.to(batch.response_mask.device)].sum()
                                                for rows in mini_rows]).float()).tolist()
     keep = rows_with_signal(batch, settings)
-    plan = [(micro_batches(batch.attention_mask, batch.prompt_len, settings.micro, keep=keep, rows=rows),
+    counts = [None] * steps
+    if keep is not None and hasattr(engine, "set_gradient_accumulation_boundary"):  # the kept rows fill as few micro-batches as they need, as many on every rank (ZeRO-3's
+        # forwards gather parameters collectively): half as many forwards of twice the rows where half the rows are
+        # left out. The denominators stay those of the configured accumulation (DeepSpeed divides by it).
+        kept = torch.tensor([max(1, -(-int(keep[rows].sum()) // settings.micro)) for rows in mini_rows])
+        counts = dist.all_reduce(kept, op="max").tolist()
+    plan = [(micro_batches(batch.attention_mask, batch.prompt_len, settings.micro, keep=keep, rows=rows, count=count),
              {"num_tokens": tokens / (dist.world_size() * accumulation), "num_seqs": settings.micro,
               "norm_len": settings.norm_len})
-            for rows, tokens in zip(mini_rows, step_tokens)]
+            for rows, tokens, count in zip(mini_rows, step_tokens, counts)]
     tally = UpdateTally(accumulation, settings.ppo_epochs * steps,
                         SamplerMismatch(settings.is_correction, settings.is_cap, settings.is_cap_min))
     tally.rows = float(n)
@@ -199,7 +206,12 @@ def ppo_update(engine, batch, settings: LossSettings, guard) -> UpdateTally:
     started = time.perf_counter()
     for _ in range(settings.ppo_epochs):
         for parts, agg in plan:
-            for mb in parts:
+            for i, mb in enumerate(parts):
+                # the mini-batch's last micro-batch is its optimizer step, however many it has (DeepSpeed's own
+                # count would wait for all `accumulation` of them)
+                boundary = i == len(parts) - 1
+                if hasattr(engine, "set_gradient_accumulation_boundary"):
+                    engine.set_gradient_accumulation_boundary(boundary)
                 part = mb.of(batch)
                 mask = part.response_mask
                 logp, entropy = response_logprobs(engine, part.input_ids, part.attention_mask, part.prompt_len,
@@ -216,7 +228,7 @@ def ppo_update(engine, batch, settings: LossSettings, guard) -> UpdateTally:
                                           tau_pos=settings.tau_pos, tau_neg=settings.tau_neg, **agg)
                 guard.check_loss(loss)
                 engine.backward(loss)
-                if engine.is_gradient_accumulation_boundary():
+                if boundary:
                     guard.before_optimizer_step(engine.module, engine.optimizer)
                 # ZeRO 1-3 skip an optimizer step whose gradient norm is not finite (DeepSpeed's overflow check).
                 engine.step()
@@ -252,7 +264,8 @@ def add_update_flags(p):
                         "whose responses all scored alike): their policy-gradient term is exactly 0 under every "
                         "--loss_mode, so the step is the same up to float rounding (each mini-batch keeps the "
                         "denominators of all its rows) and its forward/backward cost falls by their share "
-                        "(train/rows_skipped_frac); actor/entropy and clipfrac are then over the trained responses. "
+                        "(train/rows_skipped_frac): the kept rows fill as few micro-batches as they need, the same "
+                        "number on every rank; actor/entropy and clipfrac are then over the trained responses. "
                         "Never with --beta > 0, whose KL term they do carry. credo's reading: verl and TRL train on "
                         "every row")
     g.add_argument("--loss_mode", choices=LOSS_MODES, default=None,

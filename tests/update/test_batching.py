@@ -1,4 +1,5 @@
 """rl/update/batching.py: length-sorted, trimmed micro-batches change no result, only the padding computed."""
+import pytest
 import torch
 
 from rl.update.batching import batched_response_logprobs, micro_batches, response_logprobs
@@ -88,3 +89,14 @@ def test_kept_rows_fill_the_same_number_of_micro_batches_and_no_other_row_is_com
     one = micro_batches(attention_mask, p, micro=3, keep=torch.tensor([0, 0, 0, 0, 0, 1, 0, 0], dtype=torch.bool))
     assert len(one) == 3 and all(len(mb.rows) == 1 for mb in one)
     assert 5 in torch.cat([mb.rows for mb in one]).tolist()
+
+
+def test_kept_rows_fill_the_micro_batches_asked_for_and_no_fewer_than_they_need():
+    _, attention_mask, p, _ = _batch()
+    keep = torch.tensor([1, 0, 0, 1, 1, 0, 1, 0], dtype=torch.bool)
+    two = micro_batches(attention_mask, p, micro=3, keep=keep, count=2)
+    assert [len(mb.rows) for mb in two] == [2, 2]
+    assert sorted(torch.cat([mb.rows for mb in two]).tolist()) == [0, 3, 4, 6]
+    for count in (1, 4):  # 4 kept rows do not fit one micro-batch of 3; 8 rows of 3 make at most 3
+        with pytest.raises(ValueError, match="micro_batches"):
+            micro_batches(attention_mask, p, micro=3, keep=keep, count=count)

@@ -37,11 +37,14 @@ class UnigramLM(torch.nn.Module):
 class AccumulatingEngine:
     """DeepSpeed's engine API as ppo_update and no_grad_logprobs use it, on a module and a torch optimizer:
     backward() divides the loss by gradient_accumulation_steps (DeepSpeed's scale_wrt_gas), step() steps the optimizer
-    and zeroes the gradients on every gas-th micro-batch (is_gradient_accumulation_boundary), no gradient clipping."""
+    and zeroes the gradients on every gas-th micro-batch (is_gradient_accumulation_boundary) or, once
+    set_gradient_accumulation_boundary was called, where it says; no gradient clipping."""
 
     def __init__(self, module, optimizer, gas):
         self.module, self.optimizer, self.gas = module, optimizer, gas
         self.micro_steps = self.optimizer_steps = 0
+        self.boundary = None  # set_gradient_accumulation_boundary's override, as DeepSpeed keeps it
+        self.grads = []       # each optimizer step's gradient, flattened
 
     def __call__(self, **kwargs):
         return self.module(**kwargs)
@@ -53,13 +56,17 @@ class AccumulatingEngine:
         return self.gas
 
     def is_gradient_accumulation_boundary(self):
-        return (self.micro_steps + 1) % self.gas == 0
+        return (self.micro_steps + 1) % self.gas == 0 if self.boundary is None else self.boundary
+
+    def set_gradient_accumulation_boundary(self, is_boundary):
+        self.boundary = is_boundary
 
     def backward(self, loss):
         (loss / self.gas).backward()
 
     def step(self):
         if self.is_gradient_accumulation_boundary():
+            self.grads.append(torch.cat([q.grad.detach().flatten().clone() for q in self.module.parameters()]))
             self.optimizer.step()
             self.optimizer.zero_grad()
             self.optimizer_steps += 1
@@ -227,14 +234,30 @@ def test_leaving_out_zero_advantage_rows_keeps_each_mini_batchs_denominators(los
 
 
 def test_a_mini_batch_with_no_signal_still_steps_in_step_with_the_others():
-    """Every row of mini-batch 1 has advantage 0: its micro-batches still run (one row each, as ZeRO-3's collectives
-    need), its step moves nothing, and mini-batch 2's step is the hand value."""
+    """Every row of mini-batch 1 has advantage 0: it still runs one micro-batch (one row, as ZeRO-3's collectives
+    need) and takes its optimizer step, which moves nothing; mini-batch 2's step is the hand value."""
     advantages = [0.0, 0.0] + ADVANTAGES[2:]
     engine, model = unigram_engine(micro_per_step=2)
     train(engine, rollout(RESPONSES, advantages), settings(micro=1, mini_batches=2, clip_ratio_high=10.0,
                                                            skip_zero_rows=True))
-    assert engine.optimizer_steps == 2 and engine.micro_steps == 4
+    assert engine.optimizer_steps == 2 and engine.micro_steps == 1 + 2
     assert model.bias.tolist() == pytest.approx(by_hand("vanilla", 0.2, 10.0, advantages=advantages)[0], rel=1e-5)
+
+
+def test_the_kept_rows_fill_as_few_micro_batches_as_they_need_and_the_step_is_the_same():
+    """One mini-batch of 4 rows in micro-batches of 1 (4 accumulated); rows 1 and 2 have advantage 0. Left out, the
+    other two take 2 forwards instead of 4, the last of them the optimizer step, and the step equals training on
+    every row (and the hand value)."""
+    advantages = [1.0, 0.0, 0.0, -0.5]
+    results = {}
+    for skip in (False, True):
+        engine, model = unigram_engine(micro_per_step=4)
+        train(engine, rollout(RESPONSES, advantages), settings(micro=1, clip_ratio_high=10.0, skip_zero_rows=skip))
+        results[skip] = model.bias.tolist(), engine.micro_steps, engine.optimizer_steps
+    assert results[False][1:] == (4, 1) and results[True][1:] == (2, 1)
+    assert results[True][0] == pytest.approx(results[False][0], rel=1e-5)
+    assert results[True][0] == pytest.approx(by_hand("vanilla", 0.2, 10.0, advantages=advantages, steps=1)[0],
+                                             rel=1e-5)
 
 
 def test_an_engine_that_accumulates_the_whole_rollout_is_refused():
@@ -282,10 +305,12 @@ def llama_batch(n=8, p=3, r=5, seed=0) -> Rollout:
 @pytest.mark.parametrize("loss_agg_mode,skip_zero_rows,ppo_epochs", [
     ("token-mean", False, 1), ("seq-mean-token-mean", True, 1), ("token-mean", True, 2)])
 def test_one_mini_batch_is_the_update_as_it_was(tiny_model_dir, loss_agg_mode, skip_zero_rows, ppo_epochs):
-    """The default (one mini-batch) on the tiny Llama: the weights after the update equal the pre-mini-batch code
-    path's to float rounding (Adam, a real step)."""
+    """The default (one mini-batch) on the tiny Llama: each optimizer step's gradient and the weights after the update
+    equal the pre-mini-batch code path's to float rounding (Adam, a real step). With the zero-advantage rows left
+    out, the kept rows now fill 2 micro-batches of 2 instead of 4 of 1: the gradient's sums run in another order, and
+    Adam's normalised step turns that rounding into up to about 1e-5 on near-zero gradients (lr 1e-2)."""
     from transformers import AutoModelForCausalLM
-    weights = {}
+    weights, grads = {}, {}
     for path in ("now", "before"):
         model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
         engine = AccumulatingEngine(model, torch.optim.AdamW(model.parameters(), lr=1e-2), gas=4)
@@ -297,10 +322,15 @@ def test_one_mini_batch_is_the_update_as_it_was(tiny_model_dir, loss_agg_mode, s
         else:
             update_before_mini_batches(engine, batch, s)
         assert engine.optimizer_steps == ppo_epochs
+        assert engine.micro_steps == ppo_epochs * (2 if skip_zero_rows and path == "now" else 4)
         weights[path] = torch.cat([q.detach().flatten() for q in model.parameters()])
+        grads[path] = engine.grads
     start = torch.cat([q.detach().flatten() for q in AutoModelForCausalLM.from_pretrained(tiny_model_dir).parameters()])
     assert (weights["now"] - start).abs().max() > 1e-3  # the step moved the weights
-    torch.testing.assert_close(weights["now"], weights["before"], rtol=1e-6, atol=1e-7)
+    for now, before in zip(grads["now"], grads["before"], strict=True):
+        torch.testing.assert_close(now, before, rtol=1e-5, atol=1e-8)
+    regrouped = skip_zero_rows
+    torch.testing.assert_close(weights["now"], weights["before"], rtol=1e-6, atol=3e-5 if regrouped else 1e-7)
 
 
 # --- the flags ---
