@@ -5,13 +5,17 @@ bench_rollout_engines' workload (32 prompts x 48 new tokens, temperature 0.7):
     .venv/bin/python benchmarks/decode_attention_checks.py logp_gap     # recorded log-probs vs the training forwards
     .venv/bin/python benchmarks/decode_attention_checks.py padded_ab    # one-query vs SDPA on a left-padded batch
     .venv/bin/python benchmarks/decode_attention_checks.py update_profile  # where a bf16 forward + backward goes
+    .venv/bin/python benchmarks/decode_attention_checks.py fp32_gaps    # fp32: the loop's gap vs the trainer's own
 
 sdpa_calls times every torch SDPA call inside one real decode call (the loop with the model's own attention);
 logp_gap samples 4 seeds with each attention in bf16 and compares the recorded log-probs with the bf16 and the fp32
 training forward on the same tokens (mean, 99th percentile and largest |difference|, means over seeds);
 padded_ab alternates the two attentions 3 times on packed weights with 7 tokens of left padding on half the rows;
 update_profile is torch.profiler's table for one bf16 forward + backward at the main job's shape (8 rows x 72
-tokens, left-padded). The timed ones are read as ratios of one run (the machine's load moves them).
+tokens, left-padded); fp32_gaps (issue #64 item 2's exactness) samples 4 seeds in fp32 with the plain and the
+packed loop and compares their recorded log-probs with the training forward at 8 rows a forward, beside how far the
+training forward itself moves when only its batch shape changes (32 rows or 1 row a forward, or the update's own
+length-sorted, trimmed micro-batches). The timed ones are read as ratios of one run (the machine's load moves them).
 """
 import argparse
 import contextlib
@@ -153,7 +157,50 @@ def update_profile():
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
 
 
-CHECKS = {"sdpa_calls": sdpa_calls, "logp_gap": logp_gap, "padded_ab": padded_ab, "update_profile": update_profile}
+def fp32_gaps(seeds: int = 4):
+    import torch
+
+    from benchmarks.bench_rollout_engines import workload
+    from benchmarks.bench_vs_trl import MAX_NEW, MODEL, TEMPERATURE
+    from rl.engine.packed_linear import PackedLinears
+    from rl.rollout.decode import sample_batch_with_signals
+    from rl.update.batching import batched_response_logprobs, micro_batches, response_logprobs
+    tok, ids, mask, _, eos = workload(MODEL)
+    model, packs, rows = _model("fp32"), PackedLinears(), {}
+    for seed in range(seeds):
+        for loop in ("plain", "packed"):
+            torch.manual_seed(seed)
+            with packs.applied(model, len(ids)) if loop == "packed" else contextlib.nullcontext():
+                out, recorded = sample_batch_with_signals(model, ids, mask, MAX_NEW, eos, TEMPERATURE,
+                                                          signals={"logp"})
+            width = max(len(r) for r in out)
+            response = torch.tensor([r + [tok.pad_token_id] * (width - len(r)) for r in out])
+            kept = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in out])
+            full, full_mask = torch.cat([ids, response], 1), torch.cat([mask, kept], 1)
+            with torch.no_grad():
+                forward = {micro: batched_response_logprobs(model, full, full_mask, ids.shape[1], TEMPERATURE, micro)
+                           for micro in (8, 32, 1)}
+                update = torch.zeros_like(forward[8])  # the update's layout: sorted by length, each part trimmed
+                for mb in micro_batches(full_mask, ids.shape[1], 8):
+                    part_ids, part_mask = mb.sequences(full, full_mask)
+                    update[mb.rows, :mb.resp_len] = response_logprobs(model, part_ids, part_mask, mb.prompt_len,
+                                                                      TEMPERATURE)[0]
+            got = torch.tensor([s.logp + [0.0] * (width - len(s.logp)) for s in recorded])
+            rows.setdefault(f"{loop} loop's recorded vs the training forward (8 rows a forward)", []).append(
+                _gap(got, forward[8], kept))
+            if loop == "plain":  # the trainer against itself, on the same tokens
+                for name, other in (("32 rows a forward", forward[32]), ("1 row a forward", forward[1]),
+                                    ("the update's sorted, trimmed micro-batches", update)):
+                    rows.setdefault(f"training forward, {name}, vs 8 rows a forward", []).append(
+                        _gap(other, forward[8], kept))
+    for name, values in rows.items():
+        t = torch.tensor(values)
+        print(f"{name}: mean |diff| {t[:, 0].mean():.1e}, p99 {t[:, 1].mean():.1e}, max {t[:, 2].mean():.1e} "
+              f"(means over {seeds} seeds; worst max {t[:, 2].max():.1e})")
+
+
+CHECKS = {"sdpa_calls": sdpa_calls, "logp_gap": logp_gap, "padded_ab": padded_ab, "update_profile": update_profile,
+          "fp32_gaps": fp32_gaps}
 
 
 def main(argv=None):
