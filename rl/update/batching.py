@@ -7,7 +7,8 @@ A rollout batch is one [N, P + R] block: prompts left-padded to the longest prom
 longest response R. With responses of 16 tokens on average and 48 at most, two thirds of the response columns are
 padding. Sorting the rows by length before cutting micro-batches puts short responses together, and each
 micro-batch then drops the columns that are padding in all of its rows (verl's dynamic batch size does the same
-with a token budget; here the number of micro-batches stays fixed, as DeepSpeed's gradient accumulation needs).
+with a token budget; here the number of micro-batches is fixed by DeepSpeed's gradient accumulation, except where
+`keep` leaves rows out, below).
 Token-level results are unchanged: only columns with no real token are dropped.
 
 With `keep`, the rows a micro-batch would only multiply by a zero advantage are left out too (rl/update/ppo.py decides

@@ -180,10 +180,13 @@ def ppo_update(engine, batch, settings: LossSettings, guard) -> UpdateTally:
     step_tokens = dist.all_reduce(torch.stack([batch.response_mask[rows.to(batch.response_mask.device)].sum()
                                                for rows in mini_rows]).float()).tolist()
     keep = rows_with_signal(batch, settings)
+    # The kept rows fill as few micro-batches as they need, as many on every rank (ZeRO-3's forwards gather
+    # parameters collectively): half as many forwards of twice the rows where half the rows are left out. The
+    # denominators stay those of the configured accumulation (DeepSpeed divides by it). This needs an engine that is
+    # told where its accumulation ends (DeepSpeed's set_gradient_accumulation_boundary); any other keeps the count.
+    sets_boundary = hasattr(engine, "set_gradient_accumulation_boundary")
     counts = [None] * steps
-    if keep is not None and hasattr(engine, "set_gradient_accumulation_boundary"):  # the kept rows fill as few micro-batches as they need, as many on every rank (ZeRO-3's
-        # forwards gather parameters collectively): half as many forwards of twice the rows where half the rows are
-        # left out. The denominators stay those of the configured accumulation (DeepSpeed divides by it).
+    if keep is not None and sets_boundary:
         kept = torch.tensor([max(1, -(-int(keep[rows].sum()) // settings.micro)) for rows in mini_rows])
         counts = dist.all_reduce(kept, op="max").tolist()
     plan = [(micro_batches(batch.attention_mask, batch.prompt_len, settings.micro, keep=keep, rows=rows, count=count),
@@ -210,7 +213,7 @@ def ppo_update(engine, batch, settings: LossSettings, guard) -> UpdateTally:
                 # the mini-batch's last micro-batch is its optimizer step, however many it has (DeepSpeed's own
                 # count would wait for all `accumulation` of them)
                 boundary = i == len(parts) - 1
-                if hasattr(engine, "set_gradient_accumulation_boundary"):
+                if sets_boundary:
                     engine.set_gradient_accumulation_boundary(boundary)
                 part = mb.of(batch)
                 mask = part.response_mask
