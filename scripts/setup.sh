@@ -71,13 +71,5 @@ python -m rl.engine.models >/dev/null  # converts the default model once; a no-o
 # but never writes them, so each of the suite's ~1,000 interpreters would compile credo's modules again (a quick
 # no-op when they are up to date; an edited file is recompiled in memory, so nothing stale runs)
 python -m compileall -q -j 0 rl rewards envs benchmarks experiments tests train.py eval.py sft.py >/dev/null 2>&1 || true
-# DeepSpeed's CPU shared-memory comm op, built once here (about 30 s) where a first launch would otherwise build it
-# while others wait on its lock (rl/engine/dist.py); a quick load once built
-comm_op=".cache/torch_extensions/.built-$(python -c 'import os, sys; print(os.path.basename(sys.prefix))')"
-if [ ! -f "$comm_op" ]; then
-  python -c "import os; from rl.engine.dist import own_extensions_dir as own, load_shm_comm_op as load; \
-d = os.environ.get('TORCH_EXTENSIONS_DIR', own()); load(d, owned=os.path.abspath(d) == own())" >/dev/null 2>&1 \
-    && touch "$comm_op" || echo "[setup] note: DeepSpeed's comm op was not prebuilt; the first launch builds it" >&2
-fi
 # versions from the installed metadata: importing torch and deepspeed here would cost seconds on every call
 echo "[setup] ready: $(python -c 'from importlib.metadata import version as v; print(", ".join(f"{p} {v(p)}" for p in ("torch", "deepspeed", "transformers")))')"

@@ -4,29 +4,13 @@ Tensors go to the accelerator's current device for the collective and come back 
 DeepSpeed's process group is NCCL only, and torch refuses a CPU tensor there ("No backend type associated with
 device type cpu"), while many of the trainer's counters and scores live on the CPU.
 """
-import fcntl
-import glob
-import logging
 import os
-from contextlib import contextmanager
 
 import torch
 import deepspeed.comm as dist
 from deepspeed.accelerator import get_accelerator
 
-from rl import REPO_ROOT
 from rl.errors import TrainingAborted
-
-
-
-def own_extensions_dir() -> str:
-    """credo's default TORCH_EXTENSIONS_DIR: one folder per checkout and per Python environment. .venv and
-    .venv-vllm compile the comm op with different include paths, so torch's build hash differs: in one shared folder
-    each rebuilt the op over the other's (45-95 s on 2 cores, several times per suite run)."""
-    import hashlib
-    import sys
-    env = hashlib.sha256(os.path.realpath(sys.prefix).encode()).hexdigest()[:8]
-    return os.path.join(REPO_ROOT, ".cache", "torch_extensions", f"{os.path.basename(sys.prefix)}-{env}")
 
 
 def default_single_process_env():
@@ -49,12 +33,7 @@ def init_distributed(timeout=None):
     # engine would set it only later, in deepspeed.initialize). A no-op on CPU.
     if "LOCAL_RANK" in os.environ:
         get_accelerator().set_device(int(os.environ["LOCAL_RANK"]))
-    # DeepSpeed JIT-builds its CPU shared-memory comm op at init. A build folder per checkout and venv keeps two
-    # checkouts (or venvs) from rebuilding over each other's files and waiting on each other's lock; the op is
-    # loaded first under a lock that a killed build cannot leave behind (rl/engine/dist.py).
-    own_dir = own_extensions_dir()
-    extensions_dir = os.environ.setdefault("TORCH_EXTENSIONS_DIR", own_dir)
-    load_shm_comm_op(extensions_dir, owned=os.path.abspath(extensions_dir) == own_dir)
+    skip_cpu_shm_comm_op()
     try:
         deepspeed.init_distributed(**({"timeout": timeout} if timeout is not None else {}))
     except torch.distributed.DistStoreError as exc:  # the rendezvous: some rank's launcher never joined
@@ -62,7 +41,24 @@ def init_distributed(timeout=None):
             f"the process group did not form: {exc} (rank {os.environ.get('RANK')} of {os.environ.get('WORLD_SIZE')}, "
             f"rendezvous {os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}). Every node's launcher must "
             f"start within --dist_timeout_minutes and reach that address") from None
-    unlink_shm_buffer()
+
+
+def skip_cpu_shm_comm_op():
+    """Keep DeepSpeed from JIT-compiling its CPU shared-memory all-reduce at init (deepspeed/comm/torch.py
+    `build_shm_op`, called from TorchBackend.__init__ whenever the op is marked compatible).
+
+    Only `inference_all_reduce` uses that op: DeepSpeed's tensor-parallel inference layers (module_inject), which
+    credo never runs on a CPU (the hybrid engine needs CUDA, and on CUDA DeepSpeed has no such op). Training's
+    collectives are torch.distributed's (gloo on CPU) with or without it. Building it cost every fresh checkout a
+    C++ compiler and about a minute of compiling at its first launch (a second build for .venv-vllm), a 69 MB
+    /dev/shm buffer per rank that DeepSpeed never removes, and a torch build lock that a killed build left behind for
+    later launches to wait on for ever. credo's reading, not DeepSpeed's default: the op is marked incompatible in
+    DeepSpeed's one per-process table of compatible ops (deepspeed/ops/__init__.py keeps a single dict so that edits
+    persist), so build_shm_op returns None and inference_all_reduce would fall back to torch.distributed.all_reduce."""
+    builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
+    if builder is not None:  # None on CUDA and other accelerators without the op
+        import deepspeed.ops
+        deepspeed.ops.__compatible_ops__[builder.NAME] = False
 
 
 def shutdown():
@@ -112,22 +108,6 @@ def _destroy_vllm_groups():
     for teardown in ("destroy_model_parallel", "destroy_distributed_environment"):
         if hasattr(parallel_state, teardown):
             getattr(parallel_state, teardown)()
-
-
-def unlink_shm_buffer():
-    """DeepSpeed's CPU comm op maps a 69 MB /dev/shm file per rank and never removes it: every launch leaked one per
-    rank (we found 15 GB of them on a 24 GB machine). Once every rank has mapped every other rank's buffer (true
-    after init, checked by the barrier) the name is not needed: unlinking it now frees the memory when the
-    processes end, however they end. (DeepSpeed names it deepspeed_allreduce_buffer_<uid>_<addr>_<port>_<rank>.)"""
-    if not os.path.isdir("/dev/shm"):
-        return
-    barrier()
-    port = os.environ.get("MASTER_PORT", "")
-    for path in glob.glob(f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_{rank()}"):
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
 
 
 def is_dist() -> bool:
@@ -187,62 +167,3 @@ def all_gather_object(obj) -> list:
     out = [None] * world_size()
     dist.all_gather_object(out, obj)
     return out
-
-
-# --- comm op build ---
-# DeepSpeed's CPU shared-memory comm op, JIT-built at init, under a lock that a killed process cannot leave behind.
-#
-# torch's JIT build (torch/utils/cpp_extension.py `_jit_compile`) takes a `lock` file in the op's build folder every
-# time the op is loaded, built or not (torch/utils/file_baton.py), and a process killed while it holds it (a Ctrl-C or
-# SIGKILL in the first launch's minutes-long compile, or a kill in the short no-op check later) leaves the file
-# behind: every later launch then waits on it for ever, silently, after "Setting accelerator to CPU". Here the op is
-# loaded before deepspeed.init_distributed, holding an flock (which the kernel releases when its holder dies) on a
-# file beside the build folders. Every credo process loads the op only inside that flock, and DeepSpeed's own load in
-# init_distributed is then answered from DeepSpeed's in-process cache (op_builder/builder.py `_loaded_ops`) without
-# touching torch's lock. So a `lock` in the comm op's build folder, found while holding the flock, was left by a dead
-# process, and is removed (other ops' folders are not touched: they are built outside this flock). That is done
-# only in credo's own build folder (rl/engine/dist.py's default TORCH_EXTENSIONS_DIR): in a folder a user shares with other
-# programs, a `lock` may be live.
-
-logger = logging.getLogger(__name__)
-OP_BUILDER = "ShareMemCommBuilder"
-
-
-@contextmanager
-def build_lock(extensions_dir: str):
-    """Hold an exclusive flock on extensions_dir/credo-build.lock (created if missing) for the block."""
-    os.makedirs(extensions_dir, exist_ok=True)
-    with open(os.path.join(extensions_dir, "credo-build.lock"), "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def remove_stale_baton(extensions_dir: str, op_name: str) -> list:
-    """Delete torch's `lock` file in the build folder of op_name; call only while holding build_lock. Only that
-    folder: other ops (DeepSpeed's cpu_adam under --offload, say) are built outside this lock, so their `lock` may
-    belong to a live build of another run. Returns the paths removed."""
-    baton = os.path.join(extensions_dir, op_name, "lock")
-    if not os.path.isfile(baton):
-        return []
-    os.remove(baton)
-    logger.warning("removed %s: a build lock left by a process killed while building DeepSpeed's comm op "
-                   "(it would have made this launch wait for ever)", baton)
-    return [baton]
-
-
-def load_shm_comm_op(extensions_dir: str, owned: bool) -> None:
-    """Build (first time) or load DeepSpeed's shared-memory comm op where DeepSpeed itself would (deepspeed/comm/
-    torch.py `build_shm_op`: nothing on accelerators without it). owned: extensions_dir is credo's own folder, so a
-    stale torch lock in it may be removed."""
-    import deepspeed
-    from deepspeed.accelerator import get_accelerator
-    builder = get_accelerator().create_op_builder(OP_BUILDER)
-    if builder is None or not deepspeed.ops.__compatible_ops__.get(builder.NAME, False):
-        return
-    with build_lock(extensions_dir):
-        if owned:
-            remove_stale_baton(extensions_dir, builder.name)  # torch builds op `name` in extensions_dir/name
-        builder.load(verbose=False)

@@ -12,9 +12,7 @@ GROUPS = torch.tensor([0, 0, 1, 1, 0, 0, 1, 1])  # both groups have members on b
 
 
 def _worker(rank, port, out):
-    # the launcher's variables, then train.py's own init: the comm op DeepSpeed JIT-builds at init comes from the
-    # checkout's build folder that every train.py launch uses (DeepSpeed's default folder would be a second build,
-    # about a minute on a fresh machine)
+    # the launcher's variables, then train.py's own init
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_SIZE="2", MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))
     from rl.engine import dist

@@ -41,10 +41,6 @@ needs_vllm_venv = pytest.mark.skipif(not os.path.exists(VLLM_PYTHON),
 def run_in_vllm_venv(modules, **extra_env):
     # CREDO_REQUIRE_VLLM: inside, a vllm that fails to import is a failure, never a skip that would pass here.
     env = dict(os.environ, CREDO_REQUIRE_VLLM="1", PYTHONPATH=REPO_ROOT, **extra_env)
-    from rl.engine.dist import own_extensions_dir
-    if env.get("TORCH_EXTENSIONS_DIR") == own_extensions_dir():
-        # set in this process by an in-process init_distributed: .venv-vllm builds the comm op in its own folder
-        del env["TORCH_EXTENSIONS_DIR"]
     proc = subprocess.run([VLLM_PYTHON, "-m", "pytest", *modules, "-q", "-rfEs", "-p", "no:cacheprovider"],
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800)
     report = f"exit {proc.returncode}\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}"

@@ -29,7 +29,8 @@ def assert_ok(proc):
 
 
 def test_no_shared_memory_is_left_behind(zero3_two_rank_run):
-    """DeepSpeed's CPU comm buffers (69 MB per rank in /dev/shm) are released when the run ends."""
+    """No DeepSpeed comm buffer (69 MB per rank in /dev/shm, never removed by DeepSpeed) outlives a 2-rank run: credo
+    builds no shared-memory comm op on a CPU (rl/engine/dist.py skip_cpu_shm_comm_op)."""
     port = zero3_two_rank_run[2]
     assert glob.glob(f"/dev/shm/deepspeed_allreduce_buffer_*_{port}_*") == []
 
