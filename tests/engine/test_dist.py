@@ -57,8 +57,9 @@ def _worker(rank, port, out):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     tdist.init_process_group("gloo", rank=rank, world_size=2)
     import deepspeed.comm as dscomm
-    dscomm.init_distributed(dist_backend="gloo", auto_mpi_discovery=False, verbose=False, rank=rank, world_size=2)
     from rl.engine import dist
+    dist.skip_cpu_shm_comm_op()  # as rl.engine.dist.init_distributed does in every credo process: nothing to compile
+    dscomm.init_distributed(dist_backend="gloo", auto_mpi_discovery=False, verbose=False, rank=rank, world_size=2)
 
     counts = torch.tensor([float(rank + 1), 10.0 * (rank + 1)], dtype=torch.float64)
     summed = dist.all_reduce(counts)
