@@ -33,6 +33,7 @@ if sys.path[:1] != [REPO]:
     sys.path.insert(0, REPO)
 
 from benchmarks.archive_pack import pack, unpacked  # noqa: E402
+from benchmarks import run_child  # noqa: E402
 from benchmarks.main_job_seeds import archive, read_seed  # noqa: E402
 from benchmarks.paired import mean_se, paired  # noqa: E402
 from benchmarks.results_io import cpu_model, write_results  # noqa: E402
@@ -44,8 +45,11 @@ def run(seed: int, output: str, extra: list, checkout: str = REPO):
     started = time.time()
     shutil.rmtree(output, ignore_errors=True)  # an interrupted run starts over, never half-reused
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}  # the checkout's own .venv
-    code = subprocess.run(["bash", "scripts/train.sh", *extra], cwd=checkout,
-                          env=dict(env, SEED=str(seed), OUTPUT=output)).returncode
+    try:  # a SIGTERM to this script stops the arm's run too, instead of leaving it training unseen (run_child.py)
+        code = run_child.call(["bash", "scripts/train.sh", *extra], checkout, None, f"seed {seed}'s run",
+                              env=dict(env, SEED=str(seed), OUTPUT=output))
+    except run_child.Interrupted as stop:
+        sys.exit(f"main_job_ab: {checkout}/scripts/train.sh: {stop}; that seed starts over when rerun")
     if code != 0:
         sys.exit(f"main_job_ab: {checkout}/scripts/train.sh {' '.join(extra)} failed for seed {seed} (exit {code}); log: "
                  f"{output}/training.log")

@@ -1,4 +1,5 @@
-"""compare.py's child processes (train.py under the `deepspeed` launcher, then eval.py) and a SIGTERM that stops them.
+"""compare.py's child processes (train.py under the `deepspeed` launcher, then eval.py), main_job_ab.py's
+(scripts/train.sh), and a SIGTERM that stops them.
 
 A SIGTERM sent to compare.py alone (`kill PID`, or a scheduler that signals only the job's main process) used to kill
 compare.py at once and leave its train.py running, unseen, on the machine's cores or GPUs. Now compare.py forwards it
@@ -11,6 +12,7 @@ mid-save. A repeated signal is harmless (train.py only sets a flag), so a schedu
 itself stops nothing twice. Before the ranks exist (the launcher is starting) there is nothing to save: the whole
 tree is signalled. A terminal's Ctrl-C is unchanged: SIGINT reaches the whole foreground group as before.
 """
+import contextlib
 import signal
 import subprocess
 
@@ -35,12 +37,13 @@ def _signal_all(processes, signum: int):
             pass
 
 
-def call(cmd, cwd: str, log_path: str, what: str, append: bool = False) -> int:
-    """Run `cmd` with its output in log_path; return its exit code. A SIGTERM to this process meanwhile is forwarded
-    (module docstring); once the child has exited, `Interrupted` is raised whatever its exit code was."""
+def call(cmd, cwd: str, log_path, what: str, append: bool = False, env: dict = None) -> int:
+    """Run `cmd` with its output in log_path (None: this process's stdout and stderr, as the child writes its own log);
+    return its exit code. A SIGTERM to this process meanwhile is forwarded (module docstring); once the child has
+    exited, `Interrupted` is raised whatever its exit code was."""
     received = []
-    with open(log_path, "a" if append else "w") as log:
-        child = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
+    with (open(log_path, "a" if append else "w") if log_path else contextlib.nullcontext()) as log:
+        child = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT if log else None)
 
         def forward(signum, frame):
             received.append(signum)

@@ -52,3 +52,40 @@ def test_a_checkout_without_the_training_script_is_refused_naming_the_flag(tmp_p
         main_job_ab.main(["--seeds", "1", "--report", "--a_checkout", str(tmp_path), "--runs_dir", str(tmp_path),
                           "--results", str(tmp_path / "ab")])
     assert "--a_checkout" in capsys.readouterr().err
+
+
+def test_a_sigterm_to_the_comparison_stops_the_arms_running_training_script(tmp_path):
+    """`kill PID` of main_job_ab.py used to leave its scripts/train.sh training, unseen, on the machine's cores. Here
+    the arm's checkout holds a train.sh that records its process and waits (no training: the signal's path is under
+    test, and it is the one compare.py's real runs take, tests/experiments/test_compare_signal.py)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from tests.helpers import REPO_ROOT
+    checkout = tmp_path / "checkout"
+    (checkout / "scripts").mkdir(parents=True)
+    pids = tmp_path / "train_sh.pids"
+    (checkout / "scripts" / "train.sh").write_text(f"echo $$ > {pids}\nsleep 120 &\necho $! >> {pids}\nwait\n")
+    proc = subprocess.Popen([sys.executable, "benchmarks/main_job_ab.py", "--seeds", "1", "--a_checkout",
+                             str(checkout), "--b_checkout", str(checkout), "--output_root", str(tmp_path / "out"),
+                             "--runs_dir", str(tmp_path / "runs"), "--results", str(tmp_path / "ab")],
+                            cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=(tmp_path / "stderr").open("w"))
+    # (files, not pipes: an orphaned train.sh would hold a pipe open and hang the read instead of failing the test)
+    deadline = time.time() + 60
+    while not (pids.exists() and len(pids.read_text().split()) == 2) and time.time() < deadline:
+        time.sleep(0.1)
+    script, child = (int(p) for p in pids.read_text().split())
+    proc.send_signal(signal.SIGTERM)  # to main_job_ab.py alone, as `kill PID` sends it
+    proc.wait(timeout=60)
+    err = (tmp_path / "stderr").read_text()
+    assert proc.returncode != 0 and "stopped by SIGTERM" in err, err[-2000:]
+    time.sleep(0.5)
+    alive = [pid for pid in (script, child) if psutil.pid_exists(pid)
+             and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    assert alive == [], alive
+    assert not os.path.exists(tmp_path / "ab.json")  # no report from a stopped comparison
