@@ -50,7 +50,7 @@ def skip_cpu_shm_comm_op():
     Only `inference_all_reduce` uses that op: DeepSpeed's tensor-parallel inference layers (module_inject), which
     credo never runs on a CPU (the hybrid engine needs CUDA, and on CUDA DeepSpeed has no such op). Training's
     collectives are torch.distributed's (gloo on CPU) with or without it. Building it cost every fresh checkout a
-    C++ compiler and about a minute of compiling at its first launch (a second build for .venv-vllm), a 69 MB
+    C++ compiler and 57 CPU-seconds at its first launch (32 s on 2 idle cores; again for .venv-vllm), a 69 MB
     /dev/shm buffer per rank that DeepSpeed never removes, and a torch build lock that a killed build left behind for
     later launches to wait on for ever. credo's reading, not DeepSpeed's default: the op is marked incompatible in
     DeepSpeed's one per-process table of compatible ops (deepspeed/ops/__init__.py keeps a single dict so that edits
