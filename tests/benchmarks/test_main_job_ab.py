@@ -1,10 +1,17 @@
 """benchmarks/main_job_ab.py --report: seconds per step after the first, B / A per seed, and the paired gain
 difference, from the slim records."""
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
 from benchmarks import main_job_ab
+from tests.helpers import REPO_ROOT
+from tests.procs import alive
 
 
 def _run(folder, seconds, initial, final):
@@ -58,15 +65,6 @@ def test_a_sigterm_to_the_comparison_stops_the_arms_running_training_script(tmp_
     """`kill PID` of main_job_ab.py used to leave its scripts/train.sh training, unseen, on the machine's cores. Here
     the arm's checkout holds a train.sh that records its process and waits (no training: the signal's path is under
     test, and it is the one compare.py's real runs take, tests/experiments/test_compare_signal.py)."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    import psutil
-
-    from tests.helpers import REPO_ROOT
     checkout = tmp_path / "checkout"
     (checkout / "scripts").mkdir(parents=True)
     pids = tmp_path / "train_sh.pids"
@@ -79,13 +77,12 @@ def test_a_sigterm_to_the_comparison_stops_the_arms_running_training_script(tmp_
     deadline = time.time() + 60
     while not (pids.exists() and len(pids.read_text().split()) == 2) and time.time() < deadline:
         time.sleep(0.1)
+    assert pids.exists(), (tmp_path / "stderr").read_text()[-2000:]  # the arm's train.sh never started
     script, child = (int(p) for p in pids.read_text().split())
     proc.send_signal(signal.SIGTERM)  # to main_job_ab.py alone, as `kill PID` sends it
     proc.wait(timeout=60)
     err = (tmp_path / "stderr").read_text()
     assert proc.returncode != 0 and "stopped by SIGTERM" in err, err[-2000:]
     time.sleep(0.5)
-    alive = [pid for pid in (script, child) if psutil.pid_exists(pid)
-             and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
-    assert alive == [], alive
+    assert [pid for pid in (script, child) if alive(pid)] == []
     assert not os.path.exists(tmp_path / "ab.json")  # no report from a stopped comparison
